@@ -1,0 +1,103 @@
+"""The backend boundary and how a device name becomes a backend.
+
+A backend runs a packed `Batch` into `Outputs` and reports the bytes it holds. The engine
+reaches the compiled backends only through `open_backend`, so `import kime` never imports a
+backend (or CuPy).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Optional, Protocol, Tuple
+
+from .batch import Batch, Outputs
+from .checkpoint import Checkpoint
+from .errors import BadOption, Unsupported
+
+PRECISIONS = {"f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
+              "f32": "f32", "fp32": "f32", "float32": "f32",
+              "int8": "int8", "i8": "int8"}
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes a model holds on its device: the weights in the device's layout, and the plans
+    (arenas and staging buffers) built so far."""
+
+    weights: int
+    plans: int
+
+
+class Backend(Protocol):
+    name: str
+    threads: int
+
+    def run(self, batch: Batch) -> Outputs: ...
+
+    def memory(self) -> Memory: ...
+
+    def describe(self) -> str: ...
+
+
+def cpu_count() -> int:
+    """Cores this process may run on (the affinity mask, not the machine's total)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_device(device: Optional[str]) -> Tuple[str, int]:
+    """`auto`, `cpu`, `cuda`, `cuda:N` -> (kind, ordinal). Others are refused clearly."""
+    name = "auto" if device is None else str(device).strip().lower()
+    if name in ("auto", "cpu"):
+        return name, 0
+    if name == "cuda" or name.startswith("cuda:"):
+        ordinal = name.partition(":")[2] or "0"
+        if not ordinal.isdigit():
+            raise BadOption("device %r: a CUDA device is 'cuda' or 'cuda:N' with N a GPU ordinal"
+                            % (device,))
+        return "cuda", int(ordinal)
+    if name in ("metal", "mps", "ane"):
+        raise Unsupported("device %r: the Apple backends are not part of kime yet; use "
+                          "device='cpu'" % (device,))
+    raise BadOption("device %r is not a device kime knows; use 'auto', 'cpu', 'cuda' or 'cuda:N'"
+                    % (device,))
+
+
+def parse_precision(precision: Optional[str]) -> str:
+    if precision is None:
+        return "f16"
+    key = str(precision).strip().lower()
+    if key not in PRECISIONS:
+        raise BadOption("precision %r is not one kime knows; use 'f16', 'f32' or 'int8'"
+                        % (precision,))
+    return PRECISIONS[key]
+
+
+def _cuda_unavailable(ordinal: int) -> str:
+    """Why device='cuda' cannot run here, in words."""
+    try:
+        import cupy  # noqa: F401
+    except Exception as e:  # ImportError, or a CuPy built for a CUDA that is not installed
+        return ("device='cuda:%d' needs CuPy and a GPU; CuPy does not import here (%s). "
+                "Install it with `pip install kime[cuda]`, or use device='cpu'" % (ordinal, e))
+    return ("device='cuda:%d': this build of kime has no CUDA backend yet; use device='cpu'"
+            % ordinal)
+
+
+def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str],
+                 threads: int) -> Backend:
+    """The backend for a device and precision. `auto` is the CPU until the CUDA backend lands."""
+    kind, ordinal = parse_device(device)
+    prec = parse_precision(precision)
+    if kind == "cuda":
+        raise Unsupported(_cuda_unavailable(ordinal))
+    if prec == "int8":
+        raise Unsupported("precision='int8' needs the compiled INT8 CPU kernels, which this build "
+                          "does not have yet; use 'f32'")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
+    from ._cpu.backend import ReferenceBackend
+
+    return ReferenceBackend(ck, threads or cpu_count())

@@ -1,0 +1,54 @@
+"""The packed batch a backend runs, and the outputs it fills.
+
+Rows of different lengths are packed end to end with no padding: row r is
+`ids[cu[r]:cu[r+1]]`, its option markers (positions inside the row) are
+`markers[mcu[r]:mcu[r+1]]`, and its question type is `qtype[r]`. The only shape that matters to
+a backend is the total token count, which is what buckets are sized by.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+import numpy as np
+
+
+@dataclass
+class Batch:
+    ids: np.ndarray  # int32 [tokens]
+    cu: np.ndarray  # int32 [rows + 1]
+    markers: np.ndarray  # int32 [markers]
+    mcu: np.ndarray  # int32 [rows + 1]
+    qtype: np.ndarray  # int32 [rows]
+
+    @property
+    def rows(self) -> int:
+        return int(self.qtype.shape[0])
+
+    @property
+    def tokens(self) -> int:
+        return int(self.cu[-1])
+
+    @classmethod
+    def pack(cls, rows: Sequence[Sequence[int]], markers: Sequence[Sequence[int]],
+             qtypes: Sequence[int]) -> "Batch":
+        """Pack rows; a row's markers must lie inside it."""
+        lengths = [len(r) for r in rows]
+        counts = [len(m) for m in markers]
+        cu = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(lengths, out=cu[1:])
+        mcu = np.zeros(len(rows) + 1, dtype=np.int32)
+        np.cumsum(counts, out=mcu[1:])
+        flat_ids: List[int] = [t for r in rows for t in r]
+        flat_markers: List[int] = [m for ms in markers for m in ms]
+        return cls(ids=np.asarray(flat_ids, dtype=np.int32), cu=cu,
+                   markers=np.asarray(flat_markers, dtype=np.int32), mcu=mcu,
+                   qtype=np.asarray(qtypes, dtype=np.int32))
+
+
+@dataclass
+class Outputs:
+    """Raw option logits, one per marker in batch order, and the act head's probabilities."""
+
+    logits: np.ndarray  # float32 [markers]
+    act: np.ndarray  # float32 [rows, n_act]

@@ -1,0 +1,309 @@
+"""A checkpoint directory -> its configs, its FP32 weights and its tokenizer, with Laya's checks.
+
+Layout (written by Laya's `save_checkpoint`): `rl_agent_config.json`, `encoder/config.json` (a
+ModernBERT config in the transformers 4.x or 5.x spelling), `model.safetensors` (FP16) and
+`tokenizer/`. A missing file or a missing, unexpected or misshaped tensor is refused with a message
+naming it, before any forward pass could read garbage.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Tuple
+
+import numpy as np
+
+from .errors import CheckpointError, CheckpointFileMissing, Unsupported
+from .tokenizer import Tokenizer
+
+DEFAULT_GLOBAL_THETA = 160000.0
+DEFAULT_LOCAL_THETA = 10000.0
+HEAD_NORM_EPS = 1e-5  # nn.LayerNorm's default, used by the decision head and the scorer
+ACT_HIDDEN = 256
+GELU_ACTIVATIONS = ("gelu", "gelu_python")  # both are the exact erf form
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    """The ModernBERT encoder's shape, from `encoder/config.json`."""
+
+    hidden: int
+    layers: int
+    heads: int
+    intermediate: int
+    vocab: int
+    norm_eps: float
+    norm_bias: bool
+    attention_bias: bool
+    mlp_bias: bool
+    local_attention: int
+    global_layers: Tuple[bool, ...]  # per layer: True for full attention, False for the window
+    global_theta: float
+    local_theta: float
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden // self.heads
+
+    @property
+    def half_window(self) -> int:
+        """A local layer lets query i see key j when |i - j| <= this."""
+        return self.local_attention // 2
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """`rl_agent_config.json`, the parts inference reads."""
+
+    encoder_name: str
+    head_layers: int
+    n_act: int
+    max_len: int
+    head_max_len: int
+    temperature: Any
+    temperature_by_options: Any
+    raw: Dict[str, Any] = field(repr=False)
+
+
+@dataclass
+class Checkpoint:
+    """Everything a backend and the answer builder need, loaded and checked."""
+
+    path: str
+    config: AgentConfig
+    encoder: EncoderSpec
+    weights: Dict[str, np.ndarray] = field(repr=False)
+    tokenizer: Tokenizer = field(repr=False)
+
+    @property
+    def hidden(self) -> int:
+        return self.encoder.hidden
+
+    @property
+    def head_heads(self) -> int:
+        """The decision head's attention heads: `max(1, d // 64)`, as Laya builds it."""
+        return max(1, self.encoder.hidden // 64)
+
+    def weight_bytes(self) -> int:
+        return sum(int(w.nbytes) for w in self.weights.values())
+
+
+def _read_json(path: str, what: str) -> Dict[str, Any]:
+    if not os.path.isfile(path):
+        raise CheckpointFileMissing("the checkpoint has no %s: %s is missing" % (what, path))
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:
+        raise CheckpointError("%s does not parse as JSON: %s" % (path, e)) from e
+    if not isinstance(data, dict):
+        raise CheckpointError("%s must hold a JSON object, got %s" % (path, type(data).__name__))
+    return data
+
+
+def read_agent_config(path: str) -> AgentConfig:
+    """Read and check `rl_agent_config.json` (Laya's `_verify_compatibility`, step 1)."""
+    cfg_path = os.path.join(path, "rl_agent_config.json")
+    cfg = _read_json(cfg_path, "rl_agent_config.json (the file that ships with a Laya checkpoint's "
+                     "weights)")
+    missing = [k for k in ("encoder", "head_layers") if k not in cfg]
+    if missing:
+        raise CheckpointError("%s is missing configuration keys %s; is this a Laya decision model?"
+                              % (cfg_path, missing))
+    layout = cfg.get("option_layout", "sequential")
+    if layout not in ("sequential", "parallel"):
+        raise CheckpointError("%s: option_layout must be one of sequential, parallel, got %r"
+                              % (cfg_path, layout))
+    if layout == "parallel":
+        raise Unsupported(
+            "%s uses option_layout='parallel' (every option at the same positions, masked from each "
+            "other); kime runs the sequential layout that every published checkpoint uses, and "
+            "does not run parallel-layout checkpoints yet" % cfg_path)
+    act_costs = cfg.get("act_costs", {})
+    if not isinstance(act_costs, dict):
+        raise CheckpointError("%s: act_costs must be a dict, got %r" % (cfg_path, act_costs))
+    ints = {}
+    for key, default in (("head_layers", 2), ("max_len", 512), ("head_max_len", 192)):
+        value = cfg.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CheckpointError("%s: %s must be a non-negative integer, got %r"
+                                  % (cfg_path, key, value))
+        ints[key] = value
+    return AgentConfig(
+        encoder_name=str(cfg["encoder"]),
+        head_layers=ints["head_layers"],
+        n_act=len(act_costs) + 1,
+        max_len=ints["max_len"],
+        head_max_len=ints["head_max_len"],
+        temperature=cfg.get("temperature", [1.0, 1.0, 1.0]),
+        temperature_by_options=cfg.get("temperature_by_options", {}),
+        raw=cfg,
+    )
+
+
+def read_encoder_spec(path: str) -> EncoderSpec:
+    """Read `encoder/config.json` in either transformers spelling.
+
+    4.x writes `global_rope_theta`, `local_rope_theta` and `global_attn_every_n_layers`; 5.x
+    writes `rope_parameters` per layer type and `layer_types`. mmBERT uses 160000 for both.
+    """
+    cfg_path = os.path.join(path, "encoder", "config.json")
+    c = _read_json(cfg_path, "encoder config")
+    try:
+        hidden = int(c.get("hidden_size", 768))
+        layers = int(c.get("num_hidden_layers", 22))
+        heads = int(c.get("num_attention_heads", 12))
+        spec_kw = dict(
+            intermediate=int(c.get("intermediate_size", 1152)),
+            vocab=int(c.get("vocab_size", 50368)),
+            norm_eps=float(c.get("norm_eps", 1e-5)),
+            norm_bias=bool(c.get("norm_bias", False)),
+            attention_bias=bool(c.get("attention_bias", False)),
+            mlp_bias=bool(c.get("mlp_bias", False)),
+            local_attention=int(c.get("local_attention", 128)),
+        )
+    except (TypeError, ValueError) as e:
+        raise CheckpointError("%s: a size is not a number: %s" % (cfg_path, e)) from e
+    if heads <= 0 or hidden % heads:
+        raise CheckpointError("%s: hidden_size %d is not a multiple of num_attention_heads %d"
+                              % (cfg_path, hidden, heads))
+    activation = c.get("hidden_activation", "gelu")
+    if activation not in GELU_ACTIVATIONS:
+        raise Unsupported("%s: hidden_activation %r; kime runs ModernBERT's exact GELU only"
+                          % (cfg_path, activation))
+
+    layer_types = c.get("layer_types")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or len(layer_types) != layers or any(
+                t not in ("full_attention", "sliding_attention") for t in layer_types):
+            raise CheckpointError("%s: layer_types must list full_attention/sliding_attention for "
+                                  "each of the %d layers, got %r" % (cfg_path, layers, layer_types))
+        global_layers = tuple(t == "full_attention" for t in layer_types)
+    else:
+        every = int(c.get("global_attn_every_n_layers", 3))
+        global_layers = tuple(i % every == 0 for i in range(layers))
+
+    global_theta = float(c.get("global_rope_theta", DEFAULT_GLOBAL_THETA))
+    local_theta = float(c.get("local_rope_theta", DEFAULT_LOCAL_THETA))
+    rope = c.get("rope_parameters")
+    if isinstance(rope, dict):
+        flat = rope.get("rope_theta")
+        for layer_type, is_global in (("full_attention", True), ("sliding_attention", False)):
+            params = rope.get(layer_type)
+            theta = params.get("rope_theta") if isinstance(params, dict) else flat
+            if theta is not None:
+                if is_global:
+                    global_theta = float(theta)
+                else:
+                    local_theta = float(theta)
+    return EncoderSpec(hidden=hidden, layers=layers, heads=heads, global_layers=global_layers,
+                       global_theta=global_theta, local_theta=local_theta, **spec_kw)
+
+
+def expected_shapes(enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, Tuple[int, ...]]:
+    """Every tensor Laya's `DecisionModel` holds, with its shape."""
+    d, inter = enc.hidden, enc.intermediate
+    shapes: Dict[str, Tuple[int, ...]] = {
+        "encoder.embeddings.tok_embeddings.weight": (enc.vocab, d),
+        "encoder.embeddings.norm.weight": (d,),
+        "encoder.final_norm.weight": (d,),
+    }
+    norms = ["encoder.embeddings.norm", "encoder.final_norm"]
+    for i in range(enc.layers):
+        p = "encoder.layers.%d." % i
+        if i > 0:
+            shapes[p + "attn_norm.weight"] = (d,)
+            norms.append(p + "attn_norm")
+        shapes[p + "attn.Wqkv.weight"] = (3 * d, d)
+        shapes[p + "attn.Wo.weight"] = (d, d)
+        shapes[p + "mlp_norm.weight"] = (d,)
+        norms.append(p + "mlp_norm")
+        shapes[p + "mlp.Wi.weight"] = (2 * inter, d)
+        shapes[p + "mlp.Wo.weight"] = (d, inter)
+        if enc.attention_bias:
+            shapes[p + "attn.Wqkv.bias"] = (3 * d,)
+            shapes[p + "attn.Wo.bias"] = (d,)
+        if enc.mlp_bias:
+            shapes[p + "mlp.Wi.bias"] = (2 * inter,)
+            shapes[p + "mlp.Wo.bias"] = (d,)
+    if enc.norm_bias:
+        for n in norms:
+            shapes[n + ".bias"] = (d,)
+    shapes["type_emb.weight"] = (3, d)
+    for j in range(cfg.head_layers):
+        p = "head.layers.%d." % j
+        shapes.update({
+            p + "self_attn.in_proj_weight": (3 * d, d), p + "self_attn.in_proj_bias": (3 * d,),
+            p + "self_attn.out_proj.weight": (d, d), p + "self_attn.out_proj.bias": (d,),
+            p + "linear1.weight": (4 * d, d), p + "linear1.bias": (4 * d,),
+            p + "linear2.weight": (d, 4 * d), p + "linear2.bias": (d,),
+            p + "norm1.weight": (d,), p + "norm1.bias": (d,),
+            p + "norm2.weight": (d,), p + "norm2.bias": (d,),
+        })
+    shapes.update({
+        "scorer.0.weight": (d,), "scorer.0.bias": (d,),
+        "scorer.1.weight": (d, d), "scorer.1.bias": (d,),
+        "scorer.3.weight": (1, d), "scorer.3.bias": (1,),
+        "act_head.0.weight": (ACT_HIDDEN, d + 4), "act_head.0.bias": (ACT_HIDDEN,),
+        "act_head.2.weight": (cfg.n_act, ACT_HIDDEN), "act_head.2.bias": (cfg.n_act,),
+        "temperature": (3,),
+    })
+    return shapes
+
+
+def load_weights(path: str, enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, np.ndarray]:
+    """Read `model.safetensors`, check every tensor against the config, and convert to FP32."""
+    from safetensors import safe_open
+
+    weights_path = os.path.join(path, "model.safetensors")
+    if not os.path.isfile(weights_path):
+        raise CheckpointFileMissing("the checkpoint has no weights: %s is missing" % weights_path)
+    expected = expected_shapes(enc, cfg)
+    try:
+        handle = safe_open(weights_path, framework="numpy")
+    except Exception as e:  # safetensors raises its own SafetensorError
+        raise CheckpointError("%s does not read as safetensors: %s" % (weights_path, e)) from e
+    with handle as f:
+        names = list(f.keys())
+        for prefix in ("encoder.", "type_emb.", "scorer.", "act_head."):
+            if not any(n.startswith(prefix) for n in names):
+                raise CheckpointError("%s has no '%s' tensors; expected a Laya decision model with "
+                                      "an encoder and decision heads" % (weights_path, prefix))
+        problems: List[str] = []
+        missing = [n for n in expected if n not in names]
+        if missing:
+            problems.append("missing %d tensors: %s" % (len(missing), ", ".join(missing[:8])
+                                                        + (" ..." if len(missing) > 8 else "")))
+        unexpected = [n for n in names if n not in expected]
+        if unexpected:
+            problems.append("unexpected tensors (does the config match the weights?): %s"
+                            % ", ".join(unexpected[:8]) + (" ..." if len(unexpected) > 8 else ""))
+        weights: Dict[str, np.ndarray] = {}
+        for name in names:
+            if name not in expected:
+                continue
+            shape = tuple(f.get_slice(name).get_shape())
+            if shape != expected[name]:
+                problems.append("%s: expected shape %s, found %s" % (name, expected[name], shape))
+                continue
+            weights[name] = np.ascontiguousarray(f.get_tensor(name), dtype=np.float32)
+        if problems:
+            raise CheckpointError("%s does not match its config:\n  - %s"
+                                  % (weights_path, "\n  - ".join(problems)))
+    return weights
+
+
+def load_checkpoint(path: str) -> Checkpoint:
+    """Load and check a checkpoint directory."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isdir(path):
+        raise CheckpointFileMissing("checkpoint directory not found: %s" % path)
+    cfg = read_agent_config(path)
+    enc = read_encoder_spec(path)
+    tok = Tokenizer(os.path.join(path, "tokenizer"))
+    if tok.vocab_size > enc.vocab:
+        raise CheckpointError("%s: the tokenizer has %d tokens but the embedding only %d rows"
+                              % (path, tok.vocab_size, enc.vocab))
+    weights = load_weights(path, enc, cfg)
+    return Checkpoint(path=path, config=cfg, encoder=enc, weights=weights, tokenizer=tok)

@@ -1,0 +1,90 @@
+"""The exceptions kime raises. Imports nothing from kime, so every module can use it.
+
+Each failure has its own type with a message that names the thing and what to do. Request
+problems subclass `ValueError` (and argument-shape problems also `TypeError`) so handlers
+written for Laya's `Agent` keep catching what they caught before.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Sequence
+
+Problem = Dict[str, Any]
+"""One validation problem in FastAPI's 422 format: `loc`, `msg`, `type`, `input`."""
+
+
+class KimeError(Exception):
+    """Base class of every error kime raises on purpose."""
+
+
+class InvalidRequest(KimeError, ValueError):
+    """A request that does not validate. `problems` lists every problem, not just the first.
+
+    `str(err)` is Laya's message when there is one problem, so code matching Laya's text keeps
+    working; with several it lists them all, one per line.
+    """
+
+    def __init__(self, problems: Sequence[Problem]):
+        self.problems: List[Problem] = list(problems)
+        if len(self.problems) == 1:
+            text = self.problems[0]["msg"]
+        else:
+            text = "%d problems in the request:\n" % len(self.problems) + "\n".join(
+                "- " + p["msg"] for p in self.problems)
+        super().__init__(text)
+
+    def to_json(self) -> Dict[str, Any]:
+        """The body FastAPI would send with a 422: `{"detail": [problem, ...]}`."""
+        return {"detail": [dict(p) for p in self.problems]}
+
+    def __reduce__(self):  # keep pickling (multiprocessing, futures) working
+        return (type(self), (self.problems,))
+
+
+class InvalidArgument(InvalidRequest, TypeError):
+    """The call's arguments have the wrong shape: Laya raises `TypeError` for these."""
+
+
+class TooLong(InvalidRequest):
+    """A question whose option markers do not all fit in `max_len`. Laya raises the same."""
+
+
+class ModelNotFound(KimeError, FileNotFoundError):
+    """A model name, alias, `hf://` reference or path that does not resolve to a checkpoint."""
+
+
+class CheckpointError(KimeError, ValueError):
+    """A checkpoint that is missing a file or tensor, or whose tensors do not fit its config."""
+
+
+class CheckpointFileMissing(CheckpointError, FileNotFoundError):
+    """A file the checkpoint must have is not there (Laya raises `FileNotFoundError`)."""
+
+
+class TokenizerError(CheckpointError):
+    """The checkpoint's tokenizer does not load, or lacks a special token kime needs."""
+
+
+class Unsupported(KimeError, RuntimeError):
+    """A device, precision or checkpoint feature this build or machine cannot run."""
+
+
+class BadOption(KimeError, ValueError):
+    """An engine option (device, precision, threads) that is not a value kime knows."""
+
+
+class NonFiniteLogits(KimeError, FloatingPointError):
+    """The model produced NaN or infinity: never turned into a probability."""
+
+
+def problem(loc: Sequence[Any], msg: str, type_: str, input_: Any) -> Problem:
+    """One problem in FastAPI's format. `input` is made JSON-safe so the 422 body serialises."""
+    return {"loc": list(loc), "msg": msg, "type": type_, "input": _json_safe(input_)}
+
+
+def _json_safe(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)

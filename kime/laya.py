@@ -1,0 +1,69 @@
+"""Laya's Python API over the engine: `kime.load(...)` returns an object whose `predict`,
+`system_one` and `predict_batch` return what Laya 0.4.15's `Agent` returns for the same
+checkpoint and inputs (the same keys in the same order, the same types, numbers within float32
+noise), and raise Laya's argument errors. A Laya user changes one import.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+from .engine import Kime
+from .request import Request, check_questions, check_questions_arg, check_states, raise_if
+from .render import State
+
+
+class Agent:
+    """A Laya-compatible agent. Build it with `kime.load`."""
+
+    def __init__(self, engine: Kime):
+        self.engine = engine
+        self.model_id = engine.model_id
+        cfg = engine.checkpoint.config
+        self.cfg: Dict[str, Any] = dict(cfg.raw)
+        self.temperature: List[float] = list(engine.temperatures.by_type)
+        self.temperature_by_options: Dict[str, float] = dict(engine.temperatures.by_options)
+
+    @property
+    def device(self) -> str:
+        return self.engine.device
+
+    def predict_batch(self, states: List[State], questions: Dict[Any, Dict[str, Any]],
+                      batch_size: Optional[int] = None, max_len: Optional[int] = None,
+                      head_max_len: Optional[int] = None) -> List[Dict[str, Any]]:
+        """The same questions over many states, in shared forward passes; one result per state.
+
+        `batch_size` caps the states per forward pass (memory); it never changes an answer.
+        """
+        arg_problems = check_states(states) + check_questions_arg(questions)
+        raise_if([], arg_problems)
+        states = list(states)
+        if not states:
+            return []
+        if not questions:
+            return [{"model": "laya-rl-agent", "answers": {},
+                     "usage": {"input_tokens": 0, "output_tokens": 0}} for _ in states]
+        _, problems = check_questions(questions)
+        raise_if(problems)
+        reqs = [Request(state=s, questions=questions, max_len=max_len, head_max_len=head_max_len)
+                for s in states]
+        chunk = batch_size if (batch_size and batch_size > 0) else len(reqs)
+        out: List[Dict[str, Any]] = []
+        for start in range(0, len(reqs), chunk):
+            out.extend(r.to_dict() for r in self.engine.decide_batch(reqs[start:start + chunk]))
+        return out
+
+    def system_one(self, state: State, questions: Dict[Any, Dict[str, Any]],
+                   max_len: Optional[int] = None, head_max_len: Optional[int] = None) -> Dict[str, Any]:
+        """Answer typed questions about one state in one forward pass."""
+        return self.predict_batch([state], questions, max_len=max_len, head_max_len=head_max_len)[0]
+
+    predict = system_one
+
+    def __repr__(self) -> str:
+        return "kime.Agent(model=%r, device=%r)" % (self.model_id, self.device)
+
+
+def load(model: str = "laya", device: str = "auto", precision: Optional[str] = None,
+         threads: int = 0) -> Agent:
+    """Load a checkpoint behind Laya's API. See `kime.Kime` for what `model` may be."""
+    return Agent(Kime(model, device=device, precision=precision or "f16", threads=threads))

@@ -1,0 +1,241 @@
+"""Requests, and Laya's validation rules with every problem reported at once.
+
+The rules and their wording are Laya 0.4.15's (`Agent._check_question` and the argument checks
+of `Agent.predict_batch`). Laya stops at the first problem; kime keeps going and lists them all,
+in the order Laya would meet them, so the first problem's `msg` is exactly what Laya raises.
+Each problem is in FastAPI's 422 format, located at `["questions", qid, field]` or `["states", i]`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .errors import InvalidArgument, InvalidRequest, Problem, problem
+from .render import QTYPES, NOUL_LABELS_ERROR, Question, State, noul_labels, to_question
+
+_ADD_TEXT = "add the text the model should answer"
+
+
+@dataclass
+class Request:
+    """One state and the questions to answer about it (the `/v1/systemone` wire shape).
+
+    `max_len` and `head_max_len` override the checkpoint's token budget for this request.
+    """
+
+    state: State
+    questions: Dict[Any, Any] = field(default_factory=dict)
+    max_len: Optional[int] = None
+    head_max_len: Optional[int] = None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Request":
+        """Read the wire format `{"state": ..., "questions": {...}}`; problems are listed at once."""
+        if not isinstance(data, Mapping):
+            raise InvalidArgument([problem([], "a request must be an object with 'state' and "
+                                           "'questions', got %s" % type(data).__name__,
+                                           "type_error.dict", data)])
+        problems: List[Problem] = []
+        if "state" not in data or data["state"] is None:
+            problems.append(problem(["state"], "state must not be None; pass a string, dict, or list",
+                                    "missing", data.get("state")))
+        elif not isinstance(data["state"], (str, dict, list)):
+            problems.append(problem(["state"], "state must be a string, dict, or list, got %s"
+                                    % type(data["state"]).__name__, "type_error", data["state"]))
+        questions = data.get("questions", {})
+        if not isinstance(questions, dict):
+            problems.append(problem(["questions"], "questions must be a dict of question id -> "
+                                    "definition, got %s" % type(questions).__name__,
+                                    "type_error.dict", questions))
+        for key in ("max_len", "head_max_len"):
+            value = data.get(key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
+                                      or value <= 0):
+                problems.append(problem([key], "%s must be a positive integer, got %r" % (key, value),
+                                        "value_error", value))
+        unknown = sorted(set(data) - {"state", "questions", "max_len", "head_max_len"}, key=str)
+        for key in unknown:
+            problems.append(problem([key], "unknown field %r; a request has 'state', 'questions', "
+                                    "'max_len' and 'head_max_len'" % (key,), "extra_forbidden",
+                                    data[key]))
+        if problems:
+            raise InvalidArgument(problems)
+        return cls(state=data["state"], questions=questions, max_len=data.get("max_len"),
+                   head_max_len=data.get("head_max_len"))
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The wire format, omitting unset overrides."""
+        out: Dict[str, Any] = {"state": self.state, "questions": self.questions}
+        if self.max_len is not None:
+            out["max_len"] = self.max_len
+        if self.head_max_len is not None:
+            out["head_max_len"] = self.head_max_len
+        return out
+
+
+def option_count(qdef: Mapping[str, Any]) -> int:
+    """Options a definition renders to: one per criterion, or the noul pair."""
+    if qdef.get("type") == "noul":
+        return 2
+    crit = qdef.get("criteria")
+    return len(crit) if isinstance(crit, (dict, list, tuple)) else 0
+
+
+def check_question(qid: Any, qdef: Any) -> List[Problem]:
+    """Every problem with one question, in the order Laya's `_check_question` meets them."""
+    out: List[Problem] = []
+    loc: List[Any] = ["questions", qid]
+
+    def add(field_: Optional[str], msg: str, kind: str, value: Any) -> None:
+        out.append(problem(loc + ([field_] if field_ else []), msg, kind, value))
+
+    if qid is None:
+        add(None, "question id must not be None", "value_error.id", qid)
+    elif not isinstance(qid, (str, int)) or (isinstance(qid, str) and not qid.strip()):
+        add(None, "question id must be a non-empty string, got %r" % (qid,), "value_error.id", qid)
+    if not isinstance(qdef, dict):
+        add(None, "question %r: definition must be a dict, got %s" % (qid, type(qdef).__name__),
+            "type_error.dict", qdef)
+        return out
+
+    qtype = qdef.get("type")
+    known = isinstance(qtype, str) and qtype in QTYPES
+    if not known:
+        add("type", "question %r: unknown type %r; use one of %s" % (qid, qtype, sorted(QTYPES)),
+            "value_error.type", qtype)
+    _check_instructions(qid, qdef, add)
+    if not known:
+        return out
+    _check_criteria(qid, qtype, qdef.get("criteria"), add)
+    if "option_order" in qdef:
+        order = qdef["option_order"]
+        n = option_count(qdef)
+        ints = sorted(int(i) for i in order if isinstance(i, int) and not isinstance(i, bool)) \
+            if isinstance(order, (list, tuple)) else None
+        if not isinstance(order, (list, tuple)) or len(order) != n or ints != list(range(n)):
+            add("option_order", "question %r: 'option_order' must be a permutation of range(%d) -- "
+                "one slot per option, each option once -- got %r" % (qid, n, order),
+                "value_error.option_order", order)
+    if "labels" in qdef:
+        if qtype != "noul":
+            add("labels", "question %r: 'labels' is only supported for noul questions" % (qid,),
+                "value_error.labels", qdef["labels"])
+        else:
+            try:
+                noul_labels(qdef["labels"])
+            except ValueError:
+                add("labels", "question %r: %s" % (qid, NOUL_LABELS_ERROR), "value_error.labels",
+                    qdef["labels"])
+    return out
+
+
+def _check_instructions(qid: Any, qdef: Dict[str, Any], add: Any) -> None:
+    if "instructions" not in qdef:
+        add("instructions", "question %r: no 'instructions'; %s" % (qid, _ADD_TEXT), "missing", None)
+        return
+    ins = qdef["instructions"]
+    if ins is None:
+        add("instructions", "question %r: 'instructions' must not be None; %s" % (qid, _ADD_TEXT),
+            "value_error.instructions", ins)
+    elif (isinstance(ins, str) and not ins.strip()) or (isinstance(ins, (list, dict)) and not ins):
+        add("instructions", "question %r: 'instructions' must not be empty; %s" % (qid, _ADD_TEXT),
+            "value_error.instructions", ins)
+    elif not isinstance(ins, (str, dict, list, int, float)):
+        add("instructions", "question %r: 'instructions' must be a string, dict, or list, got %s"
+            % (qid, type(ins).__name__), "type_error.instructions", ins)
+
+
+def _check_criteria(qid: Any, qtype: str, crit: Any, add: Any) -> None:
+    if qtype == "choice":
+        if not isinstance(crit, (dict, list)):
+            add("criteria", "question %r: a choice question takes 'criteria' as a dict of label -> "
+                "description, or a list of labels" % (qid,), "type_error.criteria", crit)
+        elif not crit:
+            add("criteria", "question %r: a choice question needs at least one criterion" % (qid,),
+                "value_error.criteria", crit)
+        else:
+            labels = crit if isinstance(crit, list) else list(crit.keys())
+            bad = False
+            for i, label in enumerate(labels):
+                if label is not None and not isinstance(label, (str, int, float, bool)):
+                    bad = True
+                    add("criteria", "question %r: choice label %d is a %s; a label is rendered as "
+                        "option text and used as the answer key, so it must be a scalar (a string, "
+                        "number or bool), got %r" % (qid, i, type(label).__name__, label),
+                        "type_error.label", label)
+                elif label is None:
+                    bad = True
+                    add("criteria", "question %r: choice label %d is null; a label is rendered as "
+                        "option text and used as the answer key, so it must be a string, number or "
+                        "bool -- a null label renders as the text \"None\" while its answer key is "
+                        "\"null\"" % (qid, i), "value_error.label", label)
+            if isinstance(crit, list) and not bad:
+                first: Dict[Any, int] = {}
+                for i, label in enumerate(crit):
+                    if label in first:
+                        add("criteria", "question %r: choice label %d (%r) repeats label %d; the "
+                            "labels are the answer keys, so every option needs its own (1, 1.0 and "
+                            "True are one key)" % (qid, i, label, first[label]),
+                            "value_error.label", label)
+                    else:
+                        first[label] = i
+    elif qtype == "score":
+        if not isinstance(crit, list):
+            add("criteria", "question %r: a score question takes 'criteria' as a list of level "
+                "descriptions, index 0 first" % (qid,), "type_error.criteria", crit)
+        elif not crit:
+            add("criteria", "question %r: a score question needs at least one level" % (qid,),
+                "value_error.criteria", crit)
+        elif None in crit:
+            add("criteria", "question %r: score level %d is null; give every level a description, "
+                "index 0 first" % (qid, crit.index(None)), "value_error.criteria", crit)
+    elif crit is not None and not isinstance(crit, dict):
+        add("criteria", "question %r: a noul question takes 'criteria' as a dict with optional "
+            "'true'/'false' descriptions, or omits it" % (qid,), "type_error.criteria", crit)
+    elif isinstance(crit, dict):
+        keys = {str(k).lower() for k in crit}
+        if not keys <= {"true", "false"}:
+            add("criteria", "question %r: a noul question takes 'criteria' keyed only 'true'/'false' "
+                "(either or both, and omitted is fine), got %s. Those keys are the option texts the "
+                "model reads; any other key was silently dropped and replaced with the defaults. If "
+                "you want the answer worded differently, keep 'criteria' keyed 'true'/'false' and "
+                "set 'labels' instead." % (qid, sorted(keys)), "value_error.criteria", crit)
+
+
+def check_questions(questions: Dict[Any, Any]) -> Tuple[List[Question], List[Problem]]:
+    """Validate every question; return the normalised ones and every problem found."""
+    problems: List[Problem] = []
+    for qid, qdef in questions.items():
+        problems.extend(check_question(qid, qdef))
+    if problems:
+        return [], problems
+    return [to_question(qid, qdef) for qid, qdef in questions.items()], []
+
+
+def check_states(states: Any) -> List[Problem]:
+    """`predict_batch`'s argument checks on `states` (Laya raises `TypeError` for these)."""
+    if isinstance(states, (str, bytes, dict)):
+        return [problem(["states"], "predict_batch expects a list of states; pass a single state "
+                        "to predict()/system_one().", "type_error.list", states)]
+    try:
+        items = list(states)
+    except TypeError:
+        return [problem(["states"], "predict_batch expects a list of states, got %s"
+                        % type(states).__name__, "type_error.list", states)]
+    return [problem(["states", i], "state must not be None; pass a string, dict, or list",
+                    "type_error.none", None) for i, s in enumerate(items) if s is None]
+
+
+def check_questions_arg(questions: Any) -> List[Problem]:
+    if isinstance(questions, dict):
+        return []
+    return [problem(["questions"], "questions must be a dict of question id -> definition, got %s"
+                    % type(questions).__name__, "type_error.dict", questions)]
+
+
+def raise_if(problems: Sequence[Problem], arg_problems: Sequence[Problem] = ()) -> None:
+    """Raise one error listing everything; `InvalidArgument` when an argument had the wrong type."""
+    if arg_problems:
+        raise InvalidArgument(list(arg_problems) + list(problems))
+    if problems:
+        raise InvalidRequest(problems)

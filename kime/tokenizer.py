@@ -1,0 +1,88 @@
+"""A checkpoint's `tokenizer/` directory -> token ids, through the `tokenizers` library directly.
+
+Laya tokenizes with transformers' fast tokenizer over the same `tokenizer.json`, always with
+`add_special_tokens=False`: the special tokens are placed by the layout, not the tokenizer. Any
+truncation or padding saved in `tokenizer.json` is switched off, as transformers does for a call
+that asks for none.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional, Sequence
+
+from .errors import TokenizerError
+
+_ROLES = ("cls_token", "sep_token", "pad_token", "mask_token")
+
+
+def _token_text(value: Any) -> Optional[str]:
+    """A special token written as a string or as an `{"content": ...}` object."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    return None
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as e:
+        raise TokenizerError("%s does not parse as JSON: %s" % (path, e)) from e
+    return data if isinstance(data, dict) else {}
+
+
+class Tokenizer:
+    """Encodes text to ids without special tokens and knows the four special tokens' ids."""
+
+    def __init__(self, directory: str):
+        from tokenizers import Tokenizer as _Fast
+
+        path = os.path.join(directory, "tokenizer.json")
+        if not os.path.isfile(path):
+            raise TokenizerError("the checkpoint has no tokenizer: %s is missing" % path)
+        try:
+            self._tok = _Fast.from_file(path)
+        except Exception as e:  # the Rust side raises a bare Exception
+            raise TokenizerError("%s does not load as a tokenizer: %s" % (path, e)) from e
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        config = _read_json(os.path.join(directory, "tokenizer_config.json"))
+        special_map = _read_json(os.path.join(directory, "special_tokens_map.json"))
+        texts: Dict[str, str] = {}
+        missing = []
+        for role in _ROLES:
+            text = _token_text(config.get(role)) or _token_text(special_map.get(role))
+            if text is None:
+                missing.append(role)
+            else:
+                texts[role] = text
+        if missing:
+            raise TokenizerError(
+                "%s: %s not named in tokenizer_config.json or special_tokens_map.json; Laya's layout "
+                "needs all four of cls, sep, pad and mask" % (directory, ", ".join(missing)))
+        ids: Dict[str, int] = {}
+        for role, text in texts.items():
+            token_id = self._tok.token_to_id(text)
+            if token_id is None:
+                raise TokenizerError("%s: the %s %r is not in the vocabulary of tokenizer.json"
+                                     % (directory, role, text))
+            ids[role] = token_id
+        self.mask_text: str = texts["mask_token"]
+        self.cls_id: int = ids["cls_token"]
+        self.sep_id: int = ids["sep_token"]
+        self.pad_id: int = ids["pad_token"]
+        self.mask_id: int = ids["mask_token"]
+        self.vocab_size: int = self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> List[int]:
+        """Token ids of `text` with no special tokens added."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def encode_many(self, texts: Sequence[str]) -> List[List[int]]:
+        """`encode` over several texts in one call into the Rust side."""
+        return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
