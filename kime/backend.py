@@ -86,18 +86,25 @@ def _cuda_unavailable(ordinal: int) -> str:
             % ordinal)
 
 
-def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str],
-                 threads: int) -> Backend:
-    """The backend for a device and precision. `auto` is the CPU until the CUDA backend lands."""
+def check_options(device: Optional[str], precision: Optional[str], threads: int) -> Tuple[str, int, str]:
+    """Refuse a device, precision or thread count that cannot run, before any weight is read.
+    Returns (device kind, ordinal, precision)."""
     kind, ordinal = parse_device(device)
     prec = parse_precision(precision)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
     if kind == "cuda":
         raise Unsupported(_cuda_unavailable(ordinal))
     if prec == "int8":
         raise Unsupported("precision='int8' needs the compiled INT8 CPU kernels, which this build "
                           "does not have yet; use 'f32'")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
+    return kind, ordinal, prec
+
+
+def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str],
+                 threads: int) -> Backend:
+    """The backend for a device and precision. `auto` is the CPU until the CUDA backend lands."""
+    check_options(device, precision, threads)
     from ._cpu.backend import ReferenceBackend
 
     return ReferenceBackend(ck, threads or cpu_count())

@@ -19,7 +19,7 @@ import numpy as np
 
 from . import hub
 from .answers import Response, Temperatures, Usage, make_answer
-from .backend import Memory, open_backend
+from .backend import Memory, check_options, open_backend
 from .batch import Batch
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import InvalidArgument, Problem, TooLong, problem
@@ -64,6 +64,7 @@ class Kime:
 
     def __init__(self, model: str, device: str = "auto", precision: str = "f16", threads: int = 0,
                  preload: bool = False):
+        check_options(device, precision, threads)
         self.model_id: str = str(model)
         path = hub.resolve(self.model_id)
         self._ck: Checkpoint = load_checkpoint(str(path))

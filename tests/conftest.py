@@ -1,0 +1,35 @@
+"""Shared fixtures: small checkpoints written by kime's own writer, once per session."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kime.testing import write_checkpoint
+
+
+@pytest.fixture(scope="session")
+def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", shape="tiny", seed=1)
+
+
+@pytest.fixture(scope="session")
+def ml_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("ck") / "ml", shape="multilingual-tiny", seed=1)
+
+
+@pytest.fixture(scope="session")
+def engine(tiny_path: Path):
+    import kime
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return kime.Kime(str(tiny_path), device="cpu", threads=1)
+
+
+@pytest.fixture(scope="session")
+def agent(engine):
+    import kime
+
+    return kime.Agent(engine)

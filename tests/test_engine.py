@@ -1,0 +1,144 @@
+"""The engine API (`kime.Kime`) and its agreement with the Laya API over the same engine."""
+from __future__ import annotations
+
+import asyncio
+import random
+
+import numpy as np
+import pytest
+
+import kime
+
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team?",
+             "criteria": {"billing": "money matters", "tech": None, "sales": ""}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]},
+    7: {"type": "noul", "instructions": "Is it spam?"},
+    "ordered": {"type": "choice", "instructions": "Pick", "criteria": [3, 1, 2],
+                "option_order": [2, 0, 1]},
+}
+STATE = "My invoice is wrong and I was charged twice for the same order."
+
+
+def test_decide_matches_predict_and_keeps_unrounded_values(engine, agent):
+    response = engine.decide({"state": STATE, "questions": QUESTIONS})
+    assert list(response.answers) == ["team", "urgency", 7, "ordered"]
+    assert response.to_dict() == agent.predict(STATE, QUESTIONS)
+    team = response.answers["team"]
+    assert team.logits.dtype == np.float32 and team.logits.shape == (3,)
+    assert abs(float(team.probabilities.sum()) - 1.0) < 1e-6
+    assert 0.0 <= team.act_probability <= 1.0
+    # An int label stays an int, in the answer and the probabilities.
+    ordered = response.to_dict()["answers"]["ordered"]
+    assert isinstance(ordered["choice"], int) and list(ordered["probabilities"]) == [3, 1, 2]
+
+
+def test_request_object_and_dict_agree(engine):
+    a = engine.decide(kime.Request(state=STATE * 3, questions=QUESTIONS, max_len=64))
+    b = engine.decide({"state": STATE * 3, "questions": QUESTIONS, "max_len": 64})
+    assert a.to_dict() == b.to_dict()
+    assert a.usage.truncated and a.usage.state_tokens_dropped > 0
+
+
+def test_option_order_is_undone_in_logits_and_probabilities(engine):
+    """Slot s shows option order[s]; the answer is in the caller's order whatever the slots."""
+    plain = {"q": {"type": "choice", "instructions": "Pick", "criteria": ["a", "b", "c"]}}
+    ordered = {"q": dict(plain["q"], option_order=[2, 0, 1])}
+    rows_plain = engine.rows_for({"state": STATE, "questions": plain})
+    rows_ordered = engine.rows_for({"state": STATE, "questions": ordered})
+    assert rows_plain[0].ids != rows_ordered[0].ids
+    answer = engine.decide({"state": STATE, "questions": ordered}).answers["q"]
+    slot_logits = engine._run(rows_ordered, [0])[0][0][0]
+    # The logit in slot s belongs to option order[s].
+    np.testing.assert_array_equal(answer.logits[[2, 0, 1]], slot_logits)
+    assert answer.value == ["a", "b", "c"][int(np.argmax(answer.probabilities))]
+
+
+def test_batch_invariance(engine):
+    """A request's raw logits are the same bits alone and inside any batch."""
+    rng = random.Random(3)
+    states = [STATE * rng.randint(1, 6) for _ in range(7)] + [{"k": "v"}, ["turn 1", "turn 2"], ""]
+    alone = [engine.decide({"state": s, "questions": QUESTIONS}) for s in states]
+    for _ in range(3):
+        order = list(range(len(states)))
+        rng.shuffle(order)
+        together = engine.decide_batch([{"state": states[i], "questions": QUESTIONS} for i in order])
+        for i, response in zip(order, together):
+            for qid in QUESTIONS:
+                np.testing.assert_array_equal(response.answers[qid].logits, alone[i].answers[qid].logits)
+                assert response.answers[qid].act_probability == alone[i].answers[qid].act_probability
+
+
+def test_predict_batch_equals_predict_each_with_and_without_batch_size(agent):
+    states = [STATE, {"ticket": 42, "tags": ["a", None]}, ["hi", "there"], STATE * 9, ""]
+    each = [agent.predict(s, QUESTIONS) for s in states]
+    assert agent.predict_batch(states, QUESTIONS) == each
+    assert agent.predict_batch(states, QUESTIONS, batch_size=2) == each
+
+
+def test_timed_and_async(engine):
+    reqs = [{"state": STATE * n, "questions": QUESTIONS} for n in (1, 20)]
+    responses, timing = engine.decide_batch_timed(reqs)
+    assert timing.batches >= 1 and timing.tokenize >= 0 and timing.device > 0
+    assert timing.truncated == sum(len(r.usage.truncated_questions) for r in responses) > 0
+    result = asyncio.run(engine.decide_async(reqs[0]))
+    assert result.to_dict() == responses[0].to_dict()
+
+
+def test_count_tokens_memory_and_facts(engine):
+    req = {"state": STATE, "questions": QUESTIONS}
+    rows = engine.rows_for(req)
+    n_state = rows[0].state_tokens
+    heads = engine.heads([kime.request.to_question(q, d) for q, d in QUESTIONS.items()],
+                         engine.checkpoint.config.head_max_len, engine.max_row_tokens)
+    assert engine.count_tokens(req) == n_state + sum(len(h.ids) for h in heads)
+    mem = engine.memory()
+    assert mem.weights == sum(w.nbytes for w in engine.checkpoint.weights.values()) > 0
+    assert engine.max_row_tokens == engine.checkpoint.config.max_len
+    assert "cpu" in engine.device
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "metal", "ane", "mps"])
+def test_unsupported_devices_are_clear(tiny_path, device):
+    with pytest.raises(kime.Unsupported) as info:
+        kime.Kime(str(tiny_path), device=device)
+    assert "device" in str(info.value)
+
+
+@pytest.mark.parametrize("kw", [{"device": "tpu"}, {"precision": "f8"}, {"threads": -1}])
+def test_bad_options_are_value_errors(tiny_path, kw):
+    with pytest.raises(kime.BadOption):
+        kime.Kime(str(tiny_path), **kw)
+
+
+def test_f16_and_f32_compute_the_same_on_the_cpu(tiny_path):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = kime.Kime(str(tiny_path), precision="f16", threads=1).decide({"state": STATE, "questions": QUESTIONS})
+        b = kime.Kime(str(tiny_path), precision="f32", threads=2).decide({"state": STATE, "questions": QUESTIONS})
+    for qid in QUESTIONS:
+        np.testing.assert_array_equal(a.answers[qid].logits, b.answers[qid].logits)
+
+
+def test_checkpoint_temperatures_warn_at_load(tiny_path):
+    with pytest.warns(RuntimeWarning, match=r"choice:11\+=0.1006 -> 0.5"):
+        kime.load(str(tiny_path))
+
+
+def test_cli_decide(tiny_path, tmp_path, capsys):
+    import json
+    from kime.cli import main
+
+    qfile = tmp_path / "q.json"
+    qfile.write_text(json.dumps({"urgency": QUESTIONS["urgency"]}))
+    assert main(["decide", "--model", str(tiny_path), "--state", STATE, "--questions", str(qfile),
+                 "--compact"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["answers"]["urgency"]["type"] == "score"
+    qfile.write_text(json.dumps({"urgency": {"type": "score"}}))
+    assert main(["decide", "--model", str(tiny_path), "--state", "x", "--questions", str(qfile)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "'instructions'" in err
+    assert main(["decide", "--model", str(tmp_path / "nope"), "--state", "x", "--questions",
+                 str(qfile)]) == 3
