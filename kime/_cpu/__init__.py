@@ -1,0 +1,1 @@
+"""CPU backend: Cython kernels with optional OpenMP, and the NumPy reference forward pass."""

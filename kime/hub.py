@@ -1,0 +1,174 @@
+"""Model name, alias, `hf://` reference or path -> a local checkpoint directory. Never downloads.
+
+The spellings are Laya 0.4.15's (`laya/router.py` names and aliases, `laya/agent.py::load` and
+`_is_local_checkpoint_arg` for telling a path from a name), so a string that loads a checkpoint in
+Laya names the same one here. Hub checkpoints are looked up in huggingface_hub's own cache with
+`local_files_only=True`: the engine must start the same way with or without a network, and
+fetching is an explicit step (`kime pull`), not a side effect of loading.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import ModelNotFound
+
+BUNDLE_REPO = "convaiinnovations/laya"
+"""The Hub repo that bundles the three published checkpoints, one per subfolder."""
+
+MODELS: dict[str, str | None] = {
+    "english": None,
+    "multilingual": "multilingual",
+    "typed-decisions": "typed-decisions",
+}
+"""Each built-in name's subfolder of `BUNDLE_REPO`; None is the repo root."""
+
+ALIASES: dict[str, str] = {
+    "en": "english", "laya": "english", "default": "english",
+    "multi": "multilingual", "ml": "multilingual", "laya-multilingual": "multilingual",
+    "typed": "typed-decisions", "typed_decisions": "typed-decisions",
+    "laya-typed-decisions": "typed-decisions", "decisions": "typed-decisions",
+}
+"""Spellings people type, after trimming and lowercasing, mapped to a name in `MODELS`."""
+
+CONFIG_FILE = "rl_agent_config.json"
+HF_PREFIX = "hf://"
+# Only the files a checkpoint needs, as Laya asks for them: the bundle's root also holds the
+# sibling checkpoints, which an unfiltered snapshot would count as part of the root one.
+CHECKPOINT_PATTERNS = (CONFIG_FILE, "model.safetensors", "tokenizer/*", "encoder/*")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a name points: a Hub repo and optional subfolder, or a local directory."""
+
+    name: str
+    repo: str | None = None
+    subfolder: str | None = None
+    path: Path | None = None
+    builtin: str | None = None
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return f"local directory {self.path}"
+        where = f"subfolder {self.subfolder!r} of " if self.subfolder else "root of "
+        return f"{where}Hugging Face repo {self.repo}"
+
+
+def resolve(name: str, *, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """The directory holding `name`'s checkpoint (`rl_agent_config.json` and the rest).
+
+    `cache_dir` overrides huggingface_hub's cache (HF_HUB_CACHE / HF_HOME, read when
+    huggingface_hub is first imported). Raises ModelNotFound naming what was looked for and where.
+    """
+    source = locate(name)
+    if source.path is not None:
+        return _local(source, source.path)
+    return _from_cache(source, cache_dir)
+
+
+def describe(name: str) -> str:
+    """What `name` resolves to, in words, without touching the disk beyond telling a path."""
+    return locate(name).describe()
+
+
+def locate(name: str) -> Source:
+    """Parse `name` into a Source by Laya's rules; checks nothing exists except to tell a path."""
+    text = str(name).strip()
+    if not text:
+        raise ModelNotFound(f"empty model name; {_known_names()}")
+    if text.lower().startswith(HF_PREFIX):
+        return _parse_hf(text)
+    builtin = ALIASES.get(text.lower(), text.lower())
+    if not _looks_local(text):
+        if builtin in MODELS:
+            return Source(text, BUNDLE_REPO, MODELS[builtin], builtin=builtin)
+        if os.path.isdir(text):
+            return Source(text, path=Path(os.path.abspath(text)))
+        raise ModelNotFound(f"unknown model {text!r}; {_known_names()}")
+    expanded = os.path.expanduser(text)
+    if not os.path.exists(expanded) and _REPO_ID.match(text):
+        return Source(text, text, None)
+    return Source(text, path=Path(os.path.abspath(expanded)))
+
+
+def _looks_local(text: str) -> bool:
+    """Laya's `_is_local_checkpoint_arg`: a separator, a leading `.`/`~`, or a checkpoint dir."""
+    if text.startswith((".", "~")):
+        return True
+    if os.sep in text or "/" in text or "\\" in text:
+        return True
+    return os.path.isfile(os.path.join(text, CONFIG_FILE))
+
+
+def _parse_hf(text: str) -> Source:
+    parts = [part for part in text[len(HF_PREFIX):].split("/") if part]
+    repo = "/".join(parts[:2])
+    if len(parts) < 2 or not _REPO_ID.match(repo) or any(part in (".", "..") for part in parts):
+        raise ModelNotFound(
+            f"bad Hub reference {text!r}: expected hf://org/repo or hf://org/repo/sub/folder"
+        )
+    return Source(text, repo, "/".join(parts[2:]) or None)
+
+
+def _local(source: Source, directory: Path) -> Path:
+    if not directory.is_dir():
+        raise ModelNotFound(f"model {source.name!r}: no directory at {directory}")
+    if not (directory / CONFIG_FILE).is_file():
+        raise ModelNotFound(
+            f"model {source.name!r}: {directory} is not a Laya checkpoint (no {CONFIG_FILE}); "
+            "pass the directory that holds it"
+        )
+    return directory
+
+
+def _from_cache(source: Source, cache_dir: str | os.PathLike[str] | None) -> Path:
+    # Imported here: huggingface_hub is slow to import and only this path needs it.
+    from huggingface_hub import constants, snapshot_download
+
+    repo = source.repo or BUNDLE_REPO
+    cache = str(cache_dir) if cache_dir is not None else constants.HF_HUB_CACHE
+    prefix = f"{source.subfolder}/" if source.subfolder else ""
+    try:
+        snapshot = snapshot_download(
+            repo,
+            allow_patterns=[prefix + pattern for pattern in CHECKPOINT_PATTERNS],
+            local_files_only=True,
+            cache_dir=cache,
+        )
+    except (OSError, ValueError) as err:
+        # A plain miss says nothing useful ("pass local_files_only=False"); anything else might.
+        # Matched by name: the class moved between huggingface_hub versions.
+        if type(err).__name__ == "LocalEntryNotFoundError":
+            reason = "no snapshot of it there"
+        else:
+            reason = f"no usable snapshot ({type(err).__name__}: {err})"
+        raise ModelNotFound(_missing_message(source, cache, reason, cache_dir)) from err
+    directory = Path(snapshot) / prefix
+    if not (directory / CONFIG_FILE).is_file():
+        reason = f"its snapshot {snapshot} has no {prefix}{CONFIG_FILE}"
+        raise ModelNotFound(_missing_message(source, cache, reason, cache_dir))
+    return directory
+
+
+def _missing_message(source: Source, cache: str, reason: str,
+                     cache_dir: str | os.PathLike[str] | None) -> str:
+    """Names the model, what it resolved to, the cache looked in, and the commands that fix it."""
+    patterns = [f"{source.subfolder}/*"] if source.subfolder else list(CHECKPOINT_PATTERNS)
+    include = " ".join(f"--include '{pattern}'" for pattern in patterns)
+    cache_flag = f" --cache-dir {cache}" if cache_dir is not None else ""
+    return (
+        f"model {source.name!r} ({source.describe()}) is not in the Hugging Face cache at {cache}: "
+        f"{reason}. kime never downloads while loading: run `kime pull {source.builtin or source.name}`"
+        f" or `hf download {source.repo} {include}{cache_flag}`, or pass the checkpoint's directory"
+    )
+
+
+def _known_names() -> str:
+    return (
+        f"known names: {', '.join(MODELS)} (aliases: {', '.join(sorted(ALIASES))}); "
+        "or pass hf://org/repo[/subfolder], an org/repo id, or a checkpoint directory"
+    )
