@@ -1,0 +1,1 @@
+"""kime's benchmarks. Speed is measured here, never asserted in tests."""
