@@ -43,6 +43,7 @@ from __future__ import annotations
 import copy
 import importlib
 import json
+import os
 import shutil
 import sys
 import types
@@ -628,6 +629,23 @@ def _results(c: Dict[str, Any]) -> List[Dict[str, Any]]:
     return c["result"] if isinstance(c["result"], list) else [c["result"]]
 
 
+def check_every_shape_loads() -> None:
+    """Laya must load every checkpoint kime's writer makes, the big shapes included."""
+    import tempfile
+
+    from kime.testing import SHAPES
+
+    for shape in SHAPES:
+        with tempfile.TemporaryDirectory(prefix="kime-shape-") as tmp:
+            path = write_checkpoint(os.path.join(tmp, shape), shape, seed=SEED)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                agent = laya.Agent(str(path), device="cpu")
+            result = agent.predict("a state", {"q": {"type": "noul", "instructions": "true?"}})
+            print("laya loads and answers the %s shape: noul=%s" % (shape, result["answers"]["q"]["noul"]))
+            del agent
+
+
 def main() -> int:
     specs = good_cases() + error_cases()
     ids = [s["id"] for s in specs]
@@ -677,6 +695,7 @@ def main() -> int:
         f.write("\n")
 
     summarize(cases)
+    check_every_shape_loads()
     print("%d distinct texts tokenized" % len(dict.fromkeys(log.calls)))
     for line in problems:
         print("TOKENIZER MISMATCH", line)
