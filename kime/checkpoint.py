@@ -154,15 +154,10 @@ def read_encoder_spec(path: str) -> EncoderSpec:
         hidden = int(c.get("hidden_size", 768))
         layers = int(c.get("num_hidden_layers", 22))
         heads = int(c.get("num_attention_heads", 12))
-        spec_kw = dict(
-            intermediate=int(c.get("intermediate_size", 1152)),
-            vocab=int(c.get("vocab_size", 50368)),
-            norm_eps=float(c.get("norm_eps", 1e-5)),
-            norm_bias=bool(c.get("norm_bias", False)),
-            attention_bias=bool(c.get("attention_bias", False)),
-            mlp_bias=bool(c.get("mlp_bias", False)),
-            local_attention=int(c.get("local_attention", 128)),
-        )
+        intermediate = int(c.get("intermediate_size", 1152))
+        vocab = int(c.get("vocab_size", 50368))
+        norm_eps = float(c.get("norm_eps", 1e-5))
+        local_attention = int(c.get("local_attention", 128))
     except (TypeError, ValueError) as e:
         raise CheckpointError("%s: a size is not a number: %s" % (cfg_path, e)) from e
     if heads <= 0 or hidden % heads:
@@ -197,8 +192,12 @@ def read_encoder_spec(path: str) -> EncoderSpec:
                     global_theta = float(theta)
                 else:
                     local_theta = float(theta)
-    return EncoderSpec(hidden=hidden, layers=layers, heads=heads, global_layers=global_layers,
-                       global_theta=global_theta, local_theta=local_theta, **spec_kw)
+    return EncoderSpec(hidden=hidden, layers=layers, heads=heads, intermediate=intermediate,
+                       vocab=vocab, norm_eps=norm_eps, norm_bias=bool(c.get("norm_bias", False)),
+                       attention_bias=bool(c.get("attention_bias", False)),
+                       mlp_bias=bool(c.get("mlp_bias", False)), local_attention=local_attention,
+                       global_layers=global_layers, global_theta=global_theta,
+                       local_theta=local_theta)
 
 
 def expected_shapes(enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, Tuple[int, ...]]:

@@ -106,7 +106,7 @@ def check_question(qid: Any, qdef: Any) -> List[Problem]:
     _check_instructions(qid, qdef, add)
     if not known:
         return out
-    _check_criteria(qid, qtype, qdef.get("criteria"), add)
+    _check_criteria(qid, str(qtype), qdef.get("criteria"), add)
     if "option_order" in qdef:
         order = qdef["option_order"]
         n = option_count(qdef)

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..batch import Batch, Outputs
 from ..checkpoint import HEAD_NORM_EPS, Checkpoint
-from . import _ops
+from . import _ops  # compiled; typed by _ops.pyi
 
 F32 = np.float32
 
