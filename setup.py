@@ -101,13 +101,18 @@ class BuildExt(build_ext):
 
 
 def extensions() -> list[Extension]:
-    """One extension per `kime/_cpu/*.pyx`, named after its path."""
+    """One extension per `kime/_cpu/*.pyx`, named after its path. Each links the hand-written C
+    kernels in `kime/_cpu/csrc/` (an extension is loaded with local symbols, so the copies never
+    meet); the C is compiled for a generic x86-64 and picks AVX2 or AVX-512 code at run time."""
     sources = sorted(glob("kime/_cpu/*.pyx"))
+    csrc = sorted(glob("kime/_cpu/csrc/*.c"))
+    headers = sorted(glob("kime/_cpu/csrc/*.h"))
     return [
         Extension(
             Path(source).with_suffix("").as_posix().replace("/", "."),
-            [source],
-            include_dirs=[np.get_include()],
+            [source] + csrc,
+            depends=headers + csrc,
+            include_dirs=[np.get_include(), "kime/_cpu/csrc"],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         )
         for source in sources

@@ -1,0 +1,73 @@
+/* kime CPU kernels: the C interface the compiled forward pass calls.
+ *
+ * Every kernel is FP32, works on packed unpadded rows (row r is tokens cu[r]..cu[r+1]), and is
+ * deterministic: work is split over rows and output columns, never over a reduction, and each
+ * output element is reduced in one fixed order. So a token's result is the same bits whatever
+ * the thread count, and whatever other rows share its batch (its value never depends on M or on
+ * which tile of a GEMM it falls in).
+ *
+ * Threads: each kernel takes `nthreads` and runs its own OpenMP parallel region (or runs serially
+ * when kime is built without OpenMP). Kernels never allocate; callers pass scratch.
+ */
+#ifndef KIME_KERNELS_H
+#define KIME_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- ISA dispatch ------------------------------------------------------------------------- */
+
+enum kime_isa { KIME_ISA_PORTABLE = 0, KIME_ISA_AVX2 = 1, KIME_ISA_AVX512 = 2 };
+
+/* The best ISA this CPU supports (cpuid), capped by the KIME_ISA environment variable
+ * ("portable", "avx2", "avx512") so tests can force each path. */
+int kime_isa_detect(void);
+const char *kime_isa_name(int isa);
+
+/* ---- GEMM: C[M, N] = A[M, K] @ W[N, K]^T, over weights packed once at load ------------------ */
+
+enum kime_epilogue {
+    KIME_EPI_STORE = 0,    /* C = AW^T + bias                                                 */
+    KIME_EPI_ACCUM = 1,    /* C += AW^T + bias         (residual add, in place)                */
+    KIME_EPI_GELU = 2,     /* C = gelu_erf(AW^T + bias)                                         */
+    KIME_EPI_RELU = 3,     /* C = max(AW^T + bias, 0)                                           */
+    KIME_EPI_GEGLU = 4     /* W has N = 2*I rows [a; g]; C[M, I] = gelu_erf(a) * g, with bias  */
+};
+
+/* Floats the packed form of an [N, K] weight needs for `isa` (includes any padding). */
+size_t kime_gemm_packed_floats(int isa, int N, int K, int geglu);
+/* Pack W [N, K] row-major (a torch Linear weight) for `isa`. With geglu=1, W's first N/2 rows are
+ * the GELU half and the last N/2 the gate half, and packing pairs them for the GEGLU epilogue. */
+void kime_gemm_pack(int isa, const float *W, int N, int K, int geglu, float *packed);
+/* Run the GEMM. A is [M, K] with row stride lda; C has row stride ldc; bias may be NULL (for
+ * GEGLU it has N = 2*I entries). `scratch` holds kime_gemm_scratch_floats(isa, K, nthreads)
+ * floats (per-thread A packing). */
+size_t kime_gemm_scratch_floats(int isa, int K, int nthreads);
+void kime_gemm(int isa, const float *A, int lda, int M, int K, int N, const float *packed,
+               const float *bias, int epilogue, float *C, int ldc, float *scratch, int nthreads);
+
+/* ---- attention over unpadded rows ---------------------------------------------------------- */
+
+/* RoPE (rotate-half, as transformers' ModernBERT) in place on the q and k parts of qkv:
+ * qkv is [T, 3*H*hd] with q at columns [0, H*hd), k at [H*hd, 2*H*hd), heads contiguous.
+ * The position of a token is its index inside its row. cos and sin are [max_pos, hd/2] tables:
+ * cos[p, i] = cos(p * inv_freq[i]) in FP32 as transformers computes them. */
+void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const float *cos_table,
+               const float *sin_table, int nthreads);
+
+/* Softmax attention per row and head, blocked with an online softmax in FP32. q, k, v are read
+ * from qkv (layout as above); out is [T, H*hd] with row stride ldo. scale = hd^-0.5. With
+ * half_window >= 0, query i sees key j only when |i - j| <= half_window (ModernBERT's local
+ * layers); half_window < 0 is full attention. scratch: kime_attention_scratch_floats floats. */
+size_t kime_attention_scratch_floats(int hd, int nthreads);
+void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
+                    float *out, int ldo, float *scratch, int nthreads);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
