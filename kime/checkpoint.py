@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
 import numpy as np
 
@@ -73,7 +73,7 @@ class Checkpoint:
     path: str
     config: AgentConfig
     encoder: EncoderSpec
-    weights: Dict[str, np.ndarray] = field(repr=False)
+    weights: "Weights" = field(repr=False)
     tokenizer: Tokenizer = field(repr=False)
 
     @property
@@ -86,7 +86,8 @@ class Checkpoint:
         return max(1, self.encoder.hidden // 64)
 
     def weight_bytes(self) -> int:
-        return sum(int(w.nbytes) for w in self.weights.values())
+        """The weights' size in FP32, as the reference backend holds them."""
+        return self.weights.fp32_bytes()
 
 
 def _read_json(path: str, what: str) -> Dict[str, Any]:
@@ -251,8 +252,49 @@ def expected_shapes(enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, Tuple[int, 
     return shapes
 
 
-def load_weights(path: str, enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, np.ndarray]:
-    """Read `model.safetensors`, check every tensor against the config, and convert to FP32."""
+class Weights(Mapping[str, np.ndarray]):
+    """The checkpoint's tensors, read from `model.safetensors` on demand.
+
+    `weights[name]` is the FP32 tensor, converted once and kept (the reference backend reads
+    every tensor many times); `fresh(name)` converts without keeping, for a backend that repacks
+    each tensor once; `raw(name)` is the tensor as stored (FP16). Loading checks every name and
+    shape from the file's header alone, so a backend that maps a packed cache never reads them.
+    """
+
+    def __init__(self, path: str, shapes: Dict[str, Tuple[int, ...]]):
+        self.path = path
+        self._shapes = shapes
+        self._fp32: Dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        arr = self._fp32.get(name)
+        if arr is None:
+            arr = self._fp32[name] = self.fresh(name)
+        return arr
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def raw(self, name: str) -> np.ndarray:
+        from safetensors import safe_open
+
+        if name not in self._shapes:
+            raise KeyError(name)
+        with safe_open(self.path, framework="numpy") as f:
+            return f.get_tensor(name)
+
+    def fresh(self, name: str) -> np.ndarray:
+        return np.ascontiguousarray(self.raw(name), dtype=np.float32)
+
+    def fp32_bytes(self) -> int:
+        return sum(4 * int(np.prod(s)) for s in self._shapes.values())
+
+
+def load_weights(path: str, enc: EncoderSpec, cfg: AgentConfig) -> Weights:
+    """Check every tensor of `model.safetensors` against the config from its header."""
     from safetensors import safe_open
 
     weights_path = os.path.join(path, "model.safetensors")
@@ -278,19 +320,15 @@ def load_weights(path: str, enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, np.
         if unexpected:
             problems.append("unexpected tensors (does the config match the weights?): %s"
                             % ", ".join(unexpected[:8]) + (" ..." if len(unexpected) > 8 else ""))
-        weights: Dict[str, np.ndarray] = {}
         for name in names:
-            if name not in expected:
-                continue
-            shape = tuple(f.get_slice(name).get_shape())
-            if shape != expected[name]:
-                problems.append("%s: expected shape %s, found %s" % (name, expected[name], shape))
-                continue
-            weights[name] = np.ascontiguousarray(f.get_tensor(name), dtype=np.float32)
-        if problems:
-            raise CheckpointError("%s does not match its config:\n  - %s"
-                                  % (weights_path, "\n  - ".join(problems)))
-    return weights
+            if name in expected:
+                shape = tuple(f.get_slice(name).get_shape())
+                if shape != expected[name]:
+                    problems.append("%s: expected shape %s, found %s" % (name, expected[name], shape))
+    if problems:
+        raise CheckpointError("%s does not match its config:\n  - %s"
+                              % (weights_path, "\n  - ".join(problems)))
+    return Weights(weights_path, expected)
 
 
 def load_checkpoint(path: str) -> Checkpoint:
