@@ -102,9 +102,18 @@ def check_options(device: Optional[str], precision: Optional[str], threads: int)
 
 
 def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str],
-                 threads: int) -> Backend:
-    """The backend for a device and precision. `auto` is the CPU until the CUDA backend lands."""
-    check_options(device, precision, threads)
-    from ._cpu.backend import ReferenceBackend
+                 threads: int, preload: bool = False) -> Backend:
+    """The backend for a device and precision. `auto` is the CPU until the CUDA backend lands.
 
-    return ReferenceBackend(ck, threads or cpu_count())
+    On the CPU that is the compiled backend; `KIME_CPU_BACKEND=reference` picks the NumPy
+    reference instead (slow; the oracle the tests compare against).
+    """
+    check_options(device, precision, threads)
+    from ._cpu.backend import CpuBackend, ReferenceBackend
+
+    choice = os.environ.get("KIME_CPU_BACKEND", "compiled").strip().lower()
+    if choice == "reference":
+        return ReferenceBackend(ck, threads or cpu_count())
+    if choice != "compiled":
+        raise BadOption("KIME_CPU_BACKEND=%r: use 'compiled' (the default) or 'reference'" % choice)
+    return CpuBackend(ck, threads or cpu_count(), preload=preload)

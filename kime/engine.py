@@ -9,7 +9,6 @@ batch, so splitting and merging requests never changes an answer.
 """
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from . import hub
 from .answers import Response, Temperatures, Usage, make_answer
 from .backend import Memory, check_options, open_backend
 from .batch import Batch
+from .buckets import split
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import InvalidArgument, Problem, TooLong, problem
 from .layout import Head, Row, build_head, build_row, fitting_markers
@@ -28,10 +28,6 @@ from .render import Question, State, serialize_state
 from .request import Request, check_questions, raise_if
 
 RequestLike = Union[Request, Mapping[str, Any]]
-
-BATCH_TOKENS = 16384
-"""Most tokens one backend call takes; a bigger request set is split across calls."""
-
 
 @dataclass(frozen=True)
 class Timing:
@@ -73,9 +69,8 @@ class Kime:
                                          source=repr(self.model_id))
         self.temperatures.warn()
         self._tok = self._ck.tokenizer
-        self._backend = open_backend(self._ck, device, precision, threads)
+        self._backend = open_backend(self._ck, device, precision, threads, preload=bool(preload))
         self._lock = threading.Lock()
-        self.preload = bool(preload)
 
     # --- facts about the engine -------------------------------------------------------------
 
@@ -139,6 +134,8 @@ class Kime:
 
     async def decide_async(self, request: RequestLike) -> Response:
         """`decide` on a worker thread, so an asyncio loop keeps serving while it runs."""
+        import asyncio  # here, not at import: it costs a third of `import kime`
+
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(None, self.decide, request)
 
@@ -219,25 +216,19 @@ class Kime:
         return jobs
 
     def _run(self, rows: Sequence[Row], qtypes: Sequence[int]) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
-        """Run rows in batches under the token budget; (logits, act) per row, and the batch count."""
+        """Run rows in batches that fit the largest bucket; (logits, act) per row, and the
+        number of batches. Outputs are copied out under the lock: a backend reuses its buffers."""
         results: List[Tuple[np.ndarray, np.ndarray]] = []
-        batches = 0
-        start = 0
-        while start < len(rows):
-            end, tokens = start, 0
-            while end < len(rows) and (end == start or tokens + len(rows[end].ids) <= BATCH_TOKENS):
-                tokens += len(rows[end].ids)
-                end += 1
-            part = rows[start:end]
-            batch = Batch.pack([r.ids for r in part], [r.markers for r in part], qtypes[start:end])
+        batches = split([len(r.ids) for r in rows])
+        for part in batches:
+            batch = Batch.pack([rows[i].ids for i in part], [rows[i].markers for i in part],
+                               [qtypes[i] for i in part])
             with self._lock:
                 out = self._backend.run(batch)
+                logits, act = out.logits.copy(), out.act.copy()
             for r in range(len(part)):
-                ma, mb = batch.mcu[r], batch.mcu[r + 1]
-                results.append((out.logits[ma:mb], out.act[r]))
-            batches += 1
-            start = end
-        return results, batches
+                results.append((logits[batch.mcu[r]:batch.mcu[r + 1]], act[r]))
+        return results, len(batches)
 
     def _respond(self, job: _Job, outputs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Response:
         answers = {}

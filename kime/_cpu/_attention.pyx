@@ -1,0 +1,75 @@
+"""Test and bench wrapper over the C attention kernels (csrc/attention.c): RoPE in place and
+blocked online-softmax attention over unpadded rows. The compiled forward pass calls the C
+directly; these wrappers check shapes, allocate the scratch and drop the GIL.
+
+qkv is [T, 3*H*hd] float32 (q, k, v column blocks, heads contiguous); cu is int32 row bounds, row
+r being tokens cu[r]..cu[r+1].
+"""
+import numpy as np
+
+from libc.stdint cimport int32_t
+
+cdef extern from "kernels.h" nogil:
+    int kime_isa_detect()
+    const char *kime_isa_name(int isa)
+    void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
+                   const float *cos_table, const float *sin_table, int nthreads)
+    size_t kime_attention_scratch_floats(int hd, int nthreads)
+    void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd,
+                        int half_window, float *out, int ldo, float *scratch, int nthreads)
+
+
+def isa() -> str:
+    """The ISA path the kernels take now (cpuid, capped by KIME_ISA)."""
+    return kime_isa_name(kime_isa_detect()).decode()
+
+
+cdef int _check(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd,
+                int threads) except -1:
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    if H < 1 or hd < 1 or qkv.shape[1] != 3 * H * hd:
+        raise ValueError(f"qkv has {qkv.shape[1]} columns; H={H}, hd={hd} need {3 * H * hd}")
+    if cu.shape[0] < 1 or cu[0] < 0 or cu[cu.shape[0] - 1] > qkv.shape[0]:
+        raise ValueError(f"cu must start at >= 0 and end at <= T={qkv.shape[0]}")
+    cdef Py_ssize_t r
+    for r in range(cu.shape[0] - 1):
+        if cu[r + 1] < cu[r]:
+            raise ValueError(f"cu must not decrease (cu[{r}]={cu[r]}, cu[{r + 1}]={cu[r + 1]})")
+    return 0
+
+
+def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:, ::1] cos,
+         const float[:, ::1] sin, int threads=1) -> None:
+    """Rotate-half RoPE in place on q and k; cos and sin are [max_pos, hd/2] tables."""
+    _check(qkv, cu, H, hd, threads)
+    if hd % 2:
+        raise ValueError(f"rope needs an even head dim, got {hd}")
+    if cos.shape[1] != hd // 2 or sin.shape[0] != cos.shape[0] or sin.shape[1] != cos.shape[1]:
+        raise ValueError(f"cos and sin must both be [max_pos, {hd // 2}]")
+    cdef Py_ssize_t r
+    for r in range(cu.shape[0] - 1):
+        if cu[r + 1] - cu[r] > cos.shape[0]:
+            raise ValueError(f"row {r} has {cu[r + 1] - cu[r]} tokens; the tables {cos.shape[0]}")
+    cdef int R = cu.shape[0] - 1
+    with nogil:
+        kime_rope(&qkv[0, 0], qkv.shape[0], &cu[0], R, H, hd, &cos[0, 0], &sin[0, 0], threads)
+
+
+def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int half_window,
+              out=None, int threads=1):
+    """Softmax attention per row and head -> out [T, H*hd] (rows of out may be strided);
+    half_window < 0 is full attention, else query i sees keys j with |i - j| <= half_window."""
+    _check(qkv, cu, H, hd, threads)
+    if out is None:
+        out = np.zeros((qkv.shape[0], H * hd), dtype=np.float32)
+    cdef float[:, :] o = out
+    if o.shape[0] != qkv.shape[0] or o.shape[1] != H * hd or o.strides[1] != sizeof(float):
+        raise ValueError(f"out must be [{qkv.shape[0]}, {H * hd}] float32 with unit column stride")
+    cdef int R = cu.shape[0] - 1
+    cdef int ldo = o.strides[0] // sizeof(float)
+    cdef float[::1] scratch = np.empty(kime_attention_scratch_floats(hd, threads), dtype=np.float32)
+    with nogil:
+        kime_attention(&qkv[0, 0], &cu[0], R, H, hd, half_window, &o[0, 0], ldo, &scratch[0],
+                       threads)
+    return out

@@ -1,0 +1,243 @@
+# cython: language_level=3
+"""The compiled forward pass: one call per batch, the GIL released, no allocation.
+
+`Model` points the C model struct at the arrays of a packed weight blob (kept alive here);
+`Arena` owns the activation buffers of one bucket, allocated once; `Model.run` hands both and
+the batch buffers to `kime_forward` (csrc/forward.c). Python touches a forward pass once.
+"""
+import numpy as np
+
+cimport numpy as cnp
+from libc.stdint cimport int32_t, uint16_t
+
+cnp.import_array()
+
+cdef extern from "kernels.h":
+    int kime_isa_detect() nogil
+    const char *kime_isa_name(int isa) nogil
+    size_t kime_gemm_scratch_floats(int isa, int K, int nthreads) nogil
+    size_t kime_attention_scratch_floats(int hd, int nthreads) nogil
+
+cdef extern from "forward.h":
+    enum: KIME_MAX_LAYERS
+    ctypedef struct kime_layer:
+        const float *norm_w
+        const float *norm_b
+        const float *qkv
+        const float *qkv_b
+        const float *out
+        const float *out_b
+        const float *norm2_w
+        const float *norm2_b
+        const float *up
+        const float *up_b
+        const float *down
+        const float *down_b
+        int is_global
+    ctypedef struct kime_model:
+        int isa, d, vocab, layers, heads, inter, half_window
+        float norm_eps
+        const uint16_t *tok_emb
+        const float *emb_norm_w
+        const float *emb_norm_b
+        const float *final_norm_w
+        const float *final_norm_b
+        kime_layer enc[KIME_MAX_LAYERS]
+        const float *cos_global
+        const float *sin_global
+        const float *cos_local
+        const float *sin_local
+        int max_pos
+        const float *type_emb
+        int head_layers, head_heads
+        kime_layer head[KIME_MAX_LAYERS]
+        const float *sc_norm_w
+        const float *sc_norm_b
+        const float *sc1
+        const float *sc1_b
+        const float *sc3
+        float sc3_b
+        const float *act0
+        const float *act0_b
+        const float *act2
+        const float *act2_b
+        int n_act
+    ctypedef struct kime_arena:
+        int max_tokens, max_rows, max_markers
+        float *x
+        float *h
+        float *qkv
+        float *attn
+        float *ffn
+        float *m
+        float *m2
+        float *act_in
+        float *act_h
+        float *gemm_scratch
+        float *attn_scratch
+    int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
+                     const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
+                     const int32_t *qtype, float *logits, float *act, int nthreads) nogil
+
+MAX_LAYERS = KIME_MAX_LAYERS
+ACT_HIDDEN = 256
+
+
+def isa_detect():
+    return kime_isa_detect()
+
+
+def isa_name(int isa):
+    return kime_isa_name(isa).decode()
+
+
+cdef const float *_f32(dict arrays, str name) except? NULL:
+    """The data pointer of a float32 array in the blob, or NULL when the blob has no such entry."""
+    arr = arrays.get(name)
+    if arr is None:
+        return NULL
+    if arr.dtype != np.float32 or not arr.flags.c_contiguous:
+        raise ValueError("weight %s must be C-contiguous float32" % name)
+    return <const float *> cnp.PyArray_DATA(arr)
+
+
+cdef class Model:
+    """The C model over a blob's arrays. `arrays` maps entry names to arrays (see weights.py)."""
+
+    cdef kime_model m
+    cdef dict arrays
+    cdef readonly int d, n_act, threads, max_pos
+
+    def __init__(self, dict arrays, dict spec, int isa, int threads):
+        cdef int i
+        cdef kime_layer *L
+        self.arrays = arrays
+        self.threads = threads
+        if spec["layers"] > KIME_MAX_LAYERS or spec["head_layers"] > KIME_MAX_LAYERS:
+            raise ValueError("kime's CPU forward runs at most %d layers" % KIME_MAX_LAYERS)
+        m = &self.m
+        m.isa = isa
+        m.d = self.d = spec["d"]
+        m.vocab = spec["vocab"]
+        m.layers = spec["layers"]
+        m.heads = spec["heads"]
+        m.inter = spec["inter"]
+        m.half_window = spec["half_window"]
+        m.norm_eps = spec["norm_eps"]
+        m.max_pos = self.max_pos = spec["max_pos"]
+        m.head_layers = spec["head_layers"]
+        m.head_heads = spec["head_heads"]
+        m.n_act = self.n_act = spec["n_act"]
+        emb = arrays["tok_emb"]
+        if emb.dtype != np.uint16 or not emb.flags.c_contiguous:
+            raise ValueError("tok_emb must be C-contiguous FP16 bits (uint16)")
+        m.tok_emb = <const uint16_t *> cnp.PyArray_DATA(emb)
+        m.emb_norm_w = _f32(arrays, "emb_norm.w")
+        m.emb_norm_b = _f32(arrays, "emb_norm.b")
+        m.final_norm_w = _f32(arrays, "final_norm.w")
+        m.final_norm_b = _f32(arrays, "final_norm.b")
+        m.cos_global = _f32(arrays, "rope.cos_global")
+        m.sin_global = _f32(arrays, "rope.sin_global")
+        m.cos_local = _f32(arrays, "rope.cos_local")
+        m.sin_local = _f32(arrays, "rope.sin_local")
+        m.type_emb = _f32(arrays, "type_emb")
+        for i in range(m.layers):
+            L = &m.enc[i]
+            self._layer(L, "enc.%d." % i)
+            L.is_global = spec["global_layers"][i]
+        for i in range(m.head_layers):
+            self._layer(&m.head[i], "head.%d." % i)
+        m.sc_norm_w = _f32(arrays, "scorer.norm.w")
+        m.sc_norm_b = _f32(arrays, "scorer.norm.b")
+        m.sc1 = _f32(arrays, "scorer.1")
+        m.sc1_b = _f32(arrays, "scorer.1.b")
+        m.sc3 = _f32(arrays, "scorer.3")
+        m.sc3_b = float(arrays["scorer.3.b"][0])
+        m.act0 = _f32(arrays, "act.0")
+        m.act0_b = _f32(arrays, "act.0.b")
+        m.act2 = _f32(arrays, "act.2")
+        m.act2_b = _f32(arrays, "act.2.b")
+
+    cdef _layer(self, kime_layer *L, str p):
+        a = self.arrays
+        L.norm_w = _f32(a, p + "norm.w")
+        L.norm_b = _f32(a, p + "norm.b")
+        L.qkv = _f32(a, p + "qkv")
+        L.qkv_b = _f32(a, p + "qkv.b")
+        L.out = _f32(a, p + "out")
+        L.out_b = _f32(a, p + "out.b")
+        L.norm2_w = _f32(a, p + "norm2.w")
+        L.norm2_b = _f32(a, p + "norm2.b")
+        L.up = _f32(a, p + "up")
+        L.up_b = _f32(a, p + "up.b")
+        L.down = _f32(a, p + "down")
+        L.down_b = _f32(a, p + "down.b")
+        L.is_global = 1
+
+    def run(self, Arena arena, int32_t[::1] ids, int32_t[::1] cu, int rows,
+            int32_t[::1] markers, int32_t[::1] mcu, int32_t[::1] qtype,
+            float[::1] logits, float[:, ::1] act):
+        """Run the first `rows` rows of the batch buffers into `logits` and `act` (in place)."""
+        cdef int rc
+        if rows < 1 or cu.shape[0] < rows + 1 or mcu.shape[0] < rows + 1 or qtype.shape[0] < rows:
+            raise ValueError("batch buffers are smaller than %d rows" % rows)
+        if cu[rows] > ids.shape[0] or mcu[rows] > markers.shape[0] or mcu[rows] > logits.shape[0] \
+                or act.shape[0] < rows or act.shape[1] != self.n_act:
+            raise ValueError("batch buffers do not hold the batch")
+        with nogil:
+            rc = kime_forward(&self.m, &arena.a, &ids[0], &cu[0], rows, &markers[0], &mcu[0],
+                              &qtype[0], &logits[0], &act[0, 0], self.threads)
+        if rc != 0:
+            raise ValueError({-1: "the batch does not fit the plan's arena",
+                              -2: "a token id is outside the vocabulary",
+                              -3: "a row is longer than the model's positions"}[rc])
+
+
+cdef class Arena:
+    """One bucket's activation buffers, allocated once and reused by every batch."""
+
+    cdef kime_arena a
+    cdef list buffers
+    cdef readonly size_t nbytes
+
+    def __init__(self, dict spec, int isa, int threads, int max_tokens):
+        d, inter = spec["d"], spec["inter"]
+        hd = max(d // spec["heads"], d // spec["head_heads"])
+        ffn = max(inter, 4 * d)
+        # A GEMM's packed-A block is sized per K, so the scratch must hold the largest over
+        # every K the forward pass uses, not just the scratch of the largest K.
+        gemm_scratch = max(kime_gemm_scratch_floats(isa, k, threads)
+                           for k in (d, d + 4, inter, 4 * d, ACT_HIDDEN))
+        sizes = {
+            "x": max_tokens * d, "h": max_tokens * d, "qkv": max_tokens * 3 * d,
+            "attn": max_tokens * d, "ffn": max_tokens * ffn, "m": max_tokens * d,
+            "m2": max_tokens * d, "act_in": max_tokens * (d + 4),
+            "act_h": max_tokens * ACT_HIDDEN,
+            "gemm_scratch": gemm_scratch,
+            "attn_scratch": kime_attention_scratch_floats(hd, threads),
+        }
+        self.buffers = []
+        self.nbytes = 0
+        ptrs = {}
+        for name, n in sizes.items():
+            # 64-byte aligned: the kernels use aligned vector loads where they can.
+            raw = np.empty(int(n) + 16, dtype=np.float32)
+            offset = (-raw.ctypes.data % 64) // 4
+            buf = raw[offset:offset + int(n)]
+            self.buffers.append(raw)
+            self.nbytes += raw.nbytes
+            ptrs[name] = buf
+        self.a.max_tokens = max_tokens
+        self.a.max_rows = max_tokens
+        self.a.max_markers = max_tokens
+        self.a.x = <float *> cnp.PyArray_DATA(ptrs["x"])
+        self.a.h = <float *> cnp.PyArray_DATA(ptrs["h"])
+        self.a.qkv = <float *> cnp.PyArray_DATA(ptrs["qkv"])
+        self.a.attn = <float *> cnp.PyArray_DATA(ptrs["attn"])
+        self.a.ffn = <float *> cnp.PyArray_DATA(ptrs["ffn"])
+        self.a.m = <float *> cnp.PyArray_DATA(ptrs["m"])
+        self.a.m2 = <float *> cnp.PyArray_DATA(ptrs["m2"])
+        self.a.act_in = <float *> cnp.PyArray_DATA(ptrs["act_in"])
+        self.a.act_h = <float *> cnp.PyArray_DATA(ptrs["act_h"])
+        self.a.gemm_scratch = <float *> cnp.PyArray_DATA(ptrs["gemm_scratch"])
+        self.a.attn_scratch = <float *> cnp.PyArray_DATA(ptrs["attn_scratch"])

@@ -1,0 +1,13 @@
+"""Type stubs for the compiled `_gemm` module (see _gemm.pyx)."""
+from typing import Dict, Optional
+
+import numpy as np
+
+EPILOGUES: Dict[str, int]
+
+def isa_detect() -> int: ...
+def isa_name(isa: int) -> str: ...
+def pack(W: np.ndarray, isa: int = ..., geglu: bool = ...) -> np.ndarray: ...
+def gemm(A: np.ndarray, packed: np.ndarray, N: int, K: int, bias: Optional[np.ndarray] = ...,
+         epilogue: str = ..., out: Optional[np.ndarray] = ..., threads: int = ...,
+         isa: int = ...) -> np.ndarray: ...

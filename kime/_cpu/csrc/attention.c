@@ -1,0 +1,423 @@
+/* RoPE and blocked online-softmax attention over unpadded rows (interface in kernels.h).
+ *
+ * One work item is a row, a head and a block of QB queries; the queries are the vector lanes
+ * throughout. Per item the scratch holds
+ *   QT [hd][QB]  the block's queries transposed, pre-scaled by hd^-0.5 * log2(e) so the softmax
+ *                can use exp2,
+ *   S  [KB][QB]  one key block's scores, then their probabilities,
+ *   OT [hd][QB]  the output accumulator, transposed,
+ *   m, l, alpha  the running max and sum per query, and the last block's rescale factor.
+ * With queries in the lanes the softmax is all vertical vector ops (no horizontal reductions),
+ * and both products are rank-1 updates broadcasting one K or V element against a row of QT or S,
+ * so hd is the broadcast dimension and any head dim runs without vector tails.
+ *
+ * Determinism: an item reads only its own row's tokens, key blocks start at multiples of KB in
+ * the row and are visited in ascending order, and every sum runs in one fixed order, so a query's
+ * result does not depend on the thread count or on the other rows of the batch. Different ISA
+ * paths give (slightly) different bits; the path is fixed per call.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#define THREAD_ID() omp_get_thread_num()
+#else
+#define THREAD_ID() 0
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KIME_X86 1
+#endif
+#include "kernels.h"
+
+#define QB 32 /* queries per work item: the lanes (2 zmm, 4 ymm)                        */
+#define KB 32 /* keys per softmax block; small so local windows skip most of the row     */
+#define LOG2E 1.4426950408889634f
+
+/* c[r][0:QB] = (alpha ? c[r] * alpha : 0) + sum_x a[r*ra + x*xa] * b[x][0:QB] for r < R, with x
+ * ascending. Scores: a = K (r = key, x = dim), b = QT. Output: a = V (r = dim, x = key), b = S. */
+typedef void (*tile_fn)(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R, const float *b, int X,
+                        float *c, const float *alpha);
+/* Masks key block s [kn][QB] to the window (w >= 0; key j is delta + j positions after query 0),
+ * turns it into exp2(s - running max), and updates m, l and alpha. */
+typedef void (*softmax_fn)(float *s, int kn, int delta, int w, float *m, float *l, float *alpha);
+
+/* exp2(x) for x <= 0 (all the softmax needs): Taylor degree 7 on the remainder f = x - round(x),
+ * |f| <= 1/2, times 2^round(x). x < -125 gives 0, which keeps 2^n normal and maps the window's
+ * -inf to an exact 0. */
+#define EXP2_POLY(F, FMA, SET)                                                                    \
+    FMA(FMA(FMA(FMA(FMA(FMA(FMA(SET(1.5252733804059838e-05f), F, SET(1.5403530393381606e-04f)), \
+                            F, SET(1.3333558146428441e-03f)),                                     \
+                        F, SET(9.618129107628477e-03f)),                                          \
+                    F, SET(5.5504108664821576e-02f)),                                             \
+                F, SET(2.402265069591007e-01f)),                                                  \
+            F, SET(6.931471805599453e-01f)),                                                      \
+        F, SET(1.0f))
+
+#define MADD(a, b, c) ((a) * (b) + (c))
+#define SAME(x) (x)
+
+static inline float exp2_c(float x)
+{
+    const float y = x > -125.0f ? x : -125.0f;
+    const float n = (y + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
+    const union { uint32_t i; float f; } e = {(uint32_t)((int32_t)n + 127) << 23};
+    return x >= -125.0f ? EXP2_POLY(y - n, MADD, SAME) * e.f : 0.0f;
+}
+
+/* ---- portable C -------------------------------------------------------------------------- */
+
+static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R, const float *b, int X,
+                   float *c, const float *alpha)
+{
+    for (int r = 0; r < R; r++, c += QB) {
+        float acc[QB];
+        for (int i = 0; i < QB; i++)
+            acc[i] = alpha ? c[i] * alpha[i] : 0.0f;
+        for (int x = 0; x < X; x++) {
+            const float s = a[r * ra + x * xa], *bx = b + x * QB;
+            for (int i = 0; i < QB; i++)
+                acc[i] += s * bx[i];
+        }
+        memcpy(c, acc, sizeof acc);
+    }
+}
+
+/* Lanes innermost: unit-stride loops the compiler can vectorise where its FP rules allow. */
+static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l, float *alpha)
+{
+    float mx[QB], use[QB], sum[QB] = {0};
+    memcpy(mx, m, sizeof mx);
+    for (int j = 0; j < kn; j++)
+        for (int i = 0; i < QB; i++) {
+            float *x = s + j * QB + i;
+            *x = w >= 0 && abs(i - j - delta) > w ? -INFINITY : *x;
+            mx[i] = *x > mx[i] ? *x : mx[i];
+        }
+    /* A query whose keys so far are all masked keeps 0 weight instead of exp2(-inf + inf). */
+    for (int i = 0; i < QB; i++)
+        use[i] = mx[i] == -INFINITY ? 0.0f : mx[i];
+    for (int j = 0; j < kn; j++)
+        for (int i = 0; i < QB; i++) {
+            float *x = s + j * QB + i;
+            *x = exp2_c(*x - use[i]);
+            sum[i] += *x;
+        }
+    for (int i = 0; i < QB; i++) {
+        alpha[i] = exp2_c(m[i] - use[i]);
+        l[i] = l[i] * alpha[i] + sum[i];
+        m[i] = mx[i];
+    }
+}
+
+#ifdef KIME_X86
+/* ---- AVX-512: rows of 8 x 2 zmm accumulators ----------------------------------------------- */
+
+__attribute__((target("avx512f"))) static inline __m512 exp2_512(__m512 x)
+{
+    const __mmask16 ok = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    return _mm512_maskz_scalef_ps(ok, EXP2_POLY(f, _mm512_fmadd_ps, _mm512_set1_ps), n);
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+tile_rows_512(const float *a, ptrdiff_t ra, ptrdiff_t xa, const int R, const float *b, int X,
+              float *c, const float *alpha)
+{
+    __m512 acc[8][2];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 2; v++)
+            acc[r][v] = alpha ? _mm512_mul_ps(_mm512_loadu_ps(c + r * QB + 16 * v),
+                                              _mm512_loadu_ps(alpha + 16 * v))
+                              : _mm512_setzero_ps();
+    for (int x = 0; x < X; x++, a += xa, b += QB) {
+        const __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 8
+        for (int r = 0; r < R; r++) {
+            const __m512 s = _mm512_set1_ps(a[r * ra]);
+            acc[r][0] = _mm512_fmadd_ps(s, b0, acc[r][0]);
+            acc[r][1] = _mm512_fmadd_ps(s, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 2; v++)
+            _mm512_storeu_ps(c + r * QB + 16 * v, acc[r][v]);
+}
+
+__attribute__((target("avx512f"))) static void
+tile_512(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R, const float *b, int X, float *c,
+         const float *alpha)
+{
+    int r = 0;
+    for (; r + 8 <= R; r += 8)
+        tile_rows_512(a + r * ra, ra, xa, 8, b, X, c + r * QB, alpha);
+    for (; r < R; r++)
+        tile_rows_512(a + r * ra, ra, xa, 1, b, X, c + r * QB, alpha);
+}
+
+__attribute__((target("avx512f"))) static void
+softmax_512(float *s, int kn, int delta, int w, float *m, float *l, float *alpha)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    for (int v = 0; v < 2; v++) {
+        float *sv = s + 16 * v;
+        const __m512 m0 = _mm512_loadu_ps(m + 16 * v);
+        __m512 mx = m0, sum = _mm512_setzero_ps();
+        /* lane i minus key j's offset, counted down as j advances */
+        __m512i diff = _mm512_sub_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(delta - 16 * v));
+        for (int j = 0; j < kn; j++, diff = _mm512_sub_epi32(diff, _mm512_set1_epi32(1))) {
+            __m512 x = _mm512_loadu_ps(sv + j * QB);
+            if (w >= 0) {
+                const __mmask16 out =
+                    _mm512_cmpgt_epi32_mask(_mm512_abs_epi32(diff), _mm512_set1_epi32(w));
+                x = _mm512_mask_mov_ps(x, out, ninf);
+                _mm512_storeu_ps(sv + j * QB, x);
+            }
+            mx = _mm512_max_ps(mx, x);
+        }
+        const __m512 use = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(mx, ninf, _CMP_NEQ_OQ), mx);
+        for (int j = 0; j < kn; j++) {
+            const __m512 p = exp2_512(_mm512_sub_ps(_mm512_loadu_ps(sv + j * QB), use));
+            _mm512_storeu_ps(sv + j * QB, p);
+            sum = _mm512_add_ps(sum, p);
+        }
+        const __m512 al = exp2_512(_mm512_sub_ps(m0, use));
+        _mm512_storeu_ps(alpha + 16 * v, al);
+        _mm512_storeu_ps(l + 16 * v,
+                         _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(l + 16 * v), al), sum));
+        _mm512_storeu_ps(m + 16 * v, mx);
+    }
+}
+
+/* ---- AVX2: half the lanes at a time, rows of 6 x 2 ymm accumulators (16 registers) ------- */
+
+__attribute__((target("avx2,fma"))) static inline __m256 exp2_256(__m256 x)
+{
+    const __m256 ok = _mm256_cmp_ps(x, _mm256_set1_ps(-125.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-125.0f));
+    const __m256 n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 f = _mm256_sub_ps(x, n);
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(ok, _mm256_mul_ps(EXP2_POLY(f, _mm256_fmadd_ps, _mm256_set1_ps),
+                                           _mm256_castsi256_ps(e)));
+}
+
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+tile_rows_256(const float *a, ptrdiff_t ra, ptrdiff_t xa, const int R, const float *b, int X,
+              float *c, const float *alpha)
+{
+    __m256 acc[6][2];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 2; v++)
+            acc[r][v] = alpha ? _mm256_mul_ps(_mm256_loadu_ps(c + r * QB + 8 * v),
+                                              _mm256_loadu_ps(alpha + 8 * v))
+                              : _mm256_setzero_ps();
+    for (int x = 0; x < X; x++, a += xa, b += QB) {
+        const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const __m256 s = _mm256_broadcast_ss(a + r * ra);
+            acc[r][0] = _mm256_fmadd_ps(s, b0, acc[r][0]);
+            acc[r][1] = _mm256_fmadd_ps(s, b1, acc[r][1]);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 2; v++)
+            _mm256_storeu_ps(c + r * QB + 8 * v, acc[r][v]);
+}
+
+__attribute__((target("avx2,fma"))) static void
+tile_256(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R, const float *b, int X, float *c,
+         const float *alpha)
+{
+    for (int h = 0; h < QB; h += 16) {
+        int r = 0;
+        for (; r + 6 <= R; r += 6)
+            tile_rows_256(a + r * ra, ra, xa, 6, b + h, X, c + r * QB + h, alpha ? alpha + h : 0);
+        for (; r < R; r++)
+            tile_rows_256(a + r * ra, ra, xa, 1, b + h, X, c + r * QB + h, alpha ? alpha + h : 0);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void
+softmax_256(float *s, int kn, int delta, int w, float *m, float *l, float *alpha)
+{
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (int v = 0; v < QB / 8; v++) {
+        float *sv = s + 8 * v;
+        const __m256 m0 = _mm256_loadu_ps(m + 8 * v);
+        __m256 mx = m0, sum = _mm256_setzero_ps();
+        __m256i diff = _mm256_sub_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                        _mm256_set1_epi32(delta - 8 * v));
+        for (int j = 0; j < kn; j++, diff = _mm256_sub_epi32(diff, _mm256_set1_epi32(1))) {
+            __m256 x = _mm256_loadu_ps(sv + j * QB);
+            if (w >= 0) {
+                const __m256i out =
+                    _mm256_cmpgt_epi32(_mm256_abs_epi32(diff), _mm256_set1_epi32(w));
+                x = _mm256_blendv_ps(x, ninf, _mm256_castsi256_ps(out));
+                _mm256_storeu_ps(sv + j * QB, x);
+            }
+            mx = _mm256_max_ps(mx, x);
+        }
+        const __m256 use = _mm256_andnot_ps(_mm256_cmp_ps(mx, ninf, _CMP_EQ_OQ), mx);
+        for (int j = 0; j < kn; j++) {
+            const __m256 p = exp2_256(_mm256_sub_ps(_mm256_loadu_ps(sv + j * QB), use));
+            _mm256_storeu_ps(sv + j * QB, p);
+            sum = _mm256_add_ps(sum, p);
+        }
+        const __m256 al = exp2_256(_mm256_sub_ps(m0, use));
+        _mm256_storeu_ps(alpha + 8 * v, al);
+        _mm256_storeu_ps(l + 8 * v,
+                         _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l + 8 * v), al), sum));
+        _mm256_storeu_ps(m + 8 * v, mx);
+    }
+}
+#endif /* KIME_X86 */
+
+/* ---- driver ------------------------------------------------------------------------------ */
+
+/* Floats of one thread's scratch, a multiple of 16 so every thread's slice stays 64-B aligned. */
+static size_t thread_floats(int hd)
+{
+    return ((size_t)2 * hd * QB + KB * QB + 3 * QB + 15) & ~(size_t)15;
+}
+
+size_t kime_attention_scratch_floats(int hd, int nthreads)
+{
+    return (size_t)(nthreads < 1 ? 1 : nthreads) * thread_floats(hd) + 16; /* + base alignment */
+}
+
+/* The row holding token t, scanning on from the last answer (a thread's tokens ascend). */
+static int row_of(const int32_t *cu, int t, int r)
+{
+    if (t < cu[r])
+        r = 0;
+    while (t >= cu[r + 1])
+        r++;
+    return r;
+}
+
+static int64_t row_items(const int32_t *cu, int r, int H)
+{
+    return (int64_t)H * ((cu[r + 1] - cu[r] + QB - 1) / QB);
+}
+
+/* Queries [i0, i0 + QB) of head h of the row of n tokens starting at row[0]. */
+static void attend_block(tile_fn tile, softmax_fn softmax, const float *row, ptrdiff_t ld, int H,
+                         int hd, int n, int h, int i0, int w, float *out, int ldo, float *scr)
+{
+    float *qt = scr, *ot = qt + (size_t)hd * QB, *s = ot + (size_t)hd * QB;
+    float *m = s + KB * QB, *l = m + QB, *alpha = l + QB;
+    const float *q = row + (ptrdiff_t)i0 * ld + (ptrdiff_t)h * hd;
+    const float *k = row + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
+    const int qn = n - i0 < QB ? n - i0 : QB;
+    if (w >= n - 1) /* a window covering the row is full attention, and needs no mask */
+        w = -1;
+    const float scale = LOG2E / sqrtf((float)hd);
+    for (int i = 0; i < QB; i++) /* padded lanes score 0 and are never written out */
+        for (int d = 0; d < hd; d++)
+            qt[d * QB + i] = i < qn ? q[i * ld + d] * scale : 0.0f;
+    memset(ot, 0, (size_t)hd * QB * sizeof *ot);
+    for (int i = 0; i < QB; i++)
+        m[i] = -INFINITY, l[i] = 0.0f;
+    /* Keys any query of the block can see; blocks wholly outside the window are never visited. */
+    const int lo = w < 0 || i0 < w ? 0 : i0 - w;
+    const int hi = w < 0 || i0 + qn + w > n ? n : i0 + qn + w;
+    for (int j0 = lo / KB * KB; j0 < hi; j0 += KB) {
+        const int kn = n - j0 < KB ? n - j0 : KB;
+        const int inside = j0 + kn - 1 - i0 <= w && i0 + qn - 1 - j0 <= w;
+        tile(k + (ptrdiff_t)j0 * ld, ld, 1, kn, qt, hd, s, NULL);
+        softmax(s, kn, j0 - i0, w < 0 || inside ? -1 : w, m, l, alpha);
+        tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
+    }
+    for (int i = 0; i < qn; i++) {
+        const float inv = 1.0f / l[i];
+        float *o = out + (ptrdiff_t)(i0 + i) * ldo + (ptrdiff_t)h * hd;
+        for (int d = 0; d < hd; d++)
+            o[d] = ot[d * QB + i] * inv;
+    }
+}
+
+void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
+                    float *out, int ldo, float *scratch, int nthreads)
+{
+    tile_fn tile = tile_c;
+    softmax_fn softmax = softmax_c;
+#ifdef KIME_X86
+    const int isa = kime_isa_detect();
+    if (isa == KIME_ISA_AVX512)
+        tile = tile_512, softmax = softmax_512;
+    else if (isa == KIME_ISA_AVX2)
+        tile = tile_256, softmax = softmax_256;
+#endif
+    const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;
+    (void)nthreads; /* read only by OpenMP */
+    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    int64_t total = 0;
+    for (int r = 0; r < R; r++)
+        total += row_items(cu, r, H);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#endif
+    {
+        float *scr = base + (size_t)THREAD_ID() * thread_floats(hd);
+        int r = 0;
+        int64_t first = 0; /* items before row r: a cursor, since a thread's items ascend */
+        /* Round-robin, so a batch's long rows (dearer items) spread over the threads. */
+#ifdef _OPENMP
+#pragma omp for schedule(static, 1)
+#endif
+        for (int64_t it = 0; it < total; it++) {
+            if (it < first)
+                r = 0, first = 0;
+            while (it >= first + row_items(cu, r, H))
+                first += row_items(cu, r++, H);
+            const int n = cu[r + 1] - cu[r], blocks = (n + QB - 1) / QB;
+            const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
+            attend_block(tile, softmax, qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd, n, h, i0,
+                         half_window, out + (ptrdiff_t)cu[r] * ldo, ldo, scr);
+        }
+    }
+}
+
+/* Rotate-half RoPE. Plain C: it is memory-bound and elementwise, and without FMA contraction
+ * (x86-64 baseline) it gives the same bits as the reference's x * cos + rotate_half(x) * sin. */
+void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const float *cos_table,
+               const float *sin_table, int nthreads)
+{
+    (void)T, (void)nthreads; /* the rows cover tokens cu[0]..cu[R]; OpenMP reads nthreads */
+    const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;
+    const int half = hd / 2;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+#endif
+    {
+        int r = 0;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int t = cu[0]; t < cu[R]; t++) {
+            r = row_of(cu, t, r);
+            const float *c = cos_table + (ptrdiff_t)(t - cu[r]) * half;
+            const float *s = sin_table + (ptrdiff_t)(t - cu[r]) * half;
+            float *x = qkv + (ptrdiff_t)t * ld;
+            for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
+                for (int i = 0; i < half; i++) {
+                    const float a = x[i], b = x[i + half];
+                    x[i] = a * c[i] - b * s[i];
+                    x[i + half] = b * c[i] + a * s[i];
+                }
+        }
+    }
+}

@@ -1,0 +1,204 @@
+/* The Laya forward pass over packed rows (see forward.h and DESIGN.md, "The forward pass").
+ *
+ * GEMMs, RoPE and attention are the kernels of kernels.h; the small per-token ops live here.
+ * Every loop splits work over tokens, rows or columns and reduces in a fixed order, so a row's
+ * logits are the same bits at any thread count and in any batch.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "forward.h"
+#include "kernels.h"
+
+#define HEAD_EPS 1e-5f
+#define ACT_HIDDEN 256
+
+static inline float half_to_float(uint16_t bits) {
+    uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
+    uint32_t exponent = (bits >> 10) & 0x1fu, mantissa = bits & 0x3ffu, out;
+    if (exponent == 0) {
+        if (mantissa == 0) {
+            out = sign;
+        } else { /* subnormal: normalise */
+            exponent = 113;
+            while (!(mantissa & 0x400u)) {
+                mantissa <<= 1;
+                exponent--;
+            }
+            out = sign | (exponent << 23) | ((mantissa & 0x3ffu) << 13);
+        }
+    } else if (exponent == 31) {
+        out = sign | 0x7f800000u | (mantissa << 13);
+    } else {
+        out = sign | ((exponent + 112) << 23) | (mantissa << 13);
+    }
+    float f;
+    memcpy(&f, &out, sizeof f);
+    return f;
+}
+
+/* y = (x - mean) / sqrt(var + eps) * w (+ b), statistics in double in a fixed order. */
+static inline void norm_row(const float *x, float *y, int d, const float *w, const float *b,
+                            float eps) {
+    double sum = 0.0, sq = 0.0;
+    for (int i = 0; i < d; i++) sum += x[i];
+    double mean = sum / d;
+    for (int i = 0; i < d; i++) {
+        double c = x[i] - mean;
+        sq += c * c;
+    }
+    double inv = 1.0 / sqrt(sq / d + (double)eps);
+    for (int i = 0; i < d; i++) {
+        float v = (float)((x[i] - mean) * inv) * w[i];
+        y[i] = b ? v + b[i] : v;
+    }
+}
+
+static void layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
+                       float eps, int nthreads) {
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (int t = 0; t < n; t++) norm_row(x + (size_t)t * d, y + (size_t)t * d, d, w, b, eps);
+    (void)nthreads;
+}
+
+/* Embedding gather, FP16 -> FP32, then the embedding LayerNorm. */
+static void embed(const kime_model *m, const int32_t *ids, int n, float *x, float *tmp,
+                  int nthreads) {
+    int d = m->d;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (int t = 0; t < n; t++) {
+        const uint16_t *src = m->tok_emb + (size_t)ids[t] * d;
+        float *row = tmp + (size_t)t * d;
+        for (int i = 0; i < d; i++) row[i] = half_to_float(src[i]);
+        norm_row(row, x + (size_t)t * d, d, m->emb_norm_w, m->emb_norm_b, m->norm_eps);
+    }
+    (void)nthreads;
+}
+
+static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_layer *L,
+                          const int32_t *cu, int rows, int n, int nthreads) {
+    int d = m->d, hd = d / m->heads;
+    const float *in = a->x;
+    if (L->norm_w) {
+        layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, m->norm_eps, nthreads);
+        in = a->h;
+    }
+    kime_gemm(m->isa, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d,
+              a->gemm_scratch, nthreads);
+    kime_rope(a->qkv, n, cu, rows, m->heads, hd, L->is_global ? m->cos_global : m->cos_local,
+              L->is_global ? m->sin_global : m->sin_local, nthreads);
+    kime_attention(a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window, a->attn, d,
+                   a->attn_scratch, nthreads);
+    kime_gemm(m->isa, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d,
+              a->gemm_scratch, nthreads);
+    layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
+    kime_gemm(m->isa, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn,
+              m->inter, a->gemm_scratch, nthreads);
+    kime_gemm(m->isa, a->ffn, m->inter, n, m->inter, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x,
+              d, a->gemm_scratch, nthreads);
+}
+
+/* nn.TransformerEncoderLayer with norm_first=True, ReLU, biases everywhere. */
+static void head_layer(const kime_model *m, const kime_arena *a, const kime_layer *L,
+                       const int32_t *cu, int rows, int n, int nthreads) {
+    int d = m->d;
+    layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
+    kime_gemm(m->isa, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d,
+              a->gemm_scratch, nthreads);
+    kime_attention(a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, a->attn, d,
+                   a->attn_scratch, nthreads);
+    kime_gemm(m->isa, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d,
+              a->gemm_scratch, nthreads);
+    layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
+    kime_gemm(m->isa, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d,
+              a->gemm_scratch, nthreads);
+    kime_gemm(m->isa, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
+              a->gemm_scratch, nthreads);
+}
+
+/* The act head's four answer features: top1, top1 - top2, normalised entropy, k / 255. */
+static void act_features(const float *logits, int k, float *out) {
+    float mx = logits[0];
+    for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
+    float sum = 0.f, top1 = 0.f, top2 = 0.f, ent = 0.f;
+    for (int j = 0; j < k; j++) sum += expf(logits[j] - mx);
+    for (int j = 0; j < k; j++) {
+        float p = expf(logits[j] - mx) / sum;
+        ent -= p * logf(p > 1e-9f ? p : 1e-9f);
+        if (p > top1) {
+            top2 = top1;
+            top1 = p;
+        } else if (p > top2) {
+            top2 = p;
+        }
+    }
+    float kk = (float)(k < 2 ? 2 : k);
+    out[0] = top1;
+    out[1] = top1 - top2;
+    out[2] = ent / logf(kk);
+    out[3] = kk / 255.0f;
+}
+
+int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
+                 int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
+                 float *logits, float *act, int nthreads) {
+    int d = m->d, n = cu[rows], n_markers = mcu[rows];
+    if (n > a->max_tokens || rows > a->max_rows || n_markers > a->max_markers) return -1;
+    for (int t = 0; t < n; t++)
+        if (ids[t] < 0 || ids[t] >= m->vocab) return -2;
+    for (int r = 0; r < rows; r++)
+        if (cu[r + 1] - cu[r] > m->max_pos) return -3;
+
+    embed(m, ids, n, a->x, a->h, nthreads);
+    for (int i = 0; i < m->layers; i++) encoder_layer(m, a, &m->enc[i], cu, rows, n, nthreads);
+    layer_norm(a->x, a->x, n, d, m->final_norm_w, m->final_norm_b, m->norm_eps, nthreads);
+
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (int r = 0; r < rows; r++) {
+        const float *type = m->type_emb + (size_t)qtype[r] * d;
+        for (int t = cu[r]; t < cu[r + 1]; t++) {
+            float *row = a->x + (size_t)t * d;
+            for (int i = 0; i < d; i++) row[i] += type[i];
+        }
+    }
+    for (int j = 0; j < m->head_layers; j++) head_layer(m, a, &m->head[j], cu, rows, n, nthreads);
+
+    /* Scorer: the hidden state at each marker -> LayerNorm -> Linear -> GELU -> one logit. */
+    for (int r = 0; r < rows; r++)
+        for (int j = mcu[r]; j < mcu[r + 1]; j++)
+            memcpy(a->m + (size_t)j * d, a->x + (size_t)(cu[r] + markers[j]) * d, d * sizeof(float));
+    layer_norm(a->m, a->m2, n_markers, d, m->sc_norm_w, m->sc_norm_b, HEAD_EPS, nthreads);
+    kime_gemm(m->isa, a->m2, d, n_markers, d, d, m->sc1, m->sc1_b, KIME_EPI_GELU, a->m, d,
+              a->gemm_scratch, nthreads);
+    for (int j = 0; j < n_markers; j++) {
+        const float *row = a->m + (size_t)j * d;
+        float s = 0.f;
+        for (int i = 0; i < d; i++) s += row[i] * m->sc3[i];
+        logits[j] = s + m->sc3_b;
+    }
+
+    /* Act head on [first token, answer features]. */
+    int din = d + 4;
+    for (int r = 0; r < rows; r++) {
+        float *in = a->act_in + (size_t)r * din;
+        memcpy(in, a->x + (size_t)cu[r] * d, d * sizeof(float));
+        act_features(logits + mcu[r], mcu[r + 1] - mcu[r], in + d);
+    }
+    kime_gemm(m->isa, a->act_in, din, rows, din, ACT_HIDDEN, m->act0, m->act0_b, KIME_EPI_GELU,
+              a->act_h, ACT_HIDDEN, a->gemm_scratch, nthreads);
+    kime_gemm(m->isa, a->act_h, ACT_HIDDEN, rows, ACT_HIDDEN, m->n_act, m->act2, m->act2_b,
+              KIME_EPI_STORE, act, m->n_act, a->gemm_scratch, nthreads);
+    for (int r = 0; r < rows; r++) {
+        float *row = act + (size_t)r * m->n_act, mx = row[0], sum = 0.f;
+        for (int i = 1; i < m->n_act; i++) mx = row[i] > mx ? row[i] : mx;
+        for (int i = 0; i < m->n_act; i++) sum += (row[i] = expf(row[i] - mx));
+        for (int i = 0; i < m->n_act; i++) row[i] /= sum;
+    }
+    return 0;
+}

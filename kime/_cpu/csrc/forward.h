@@ -1,0 +1,57 @@
+/* The whole Laya forward pass on the CPU: ModernBERT encoder, type embedding, decision head,
+ * scorer and act head over a packed batch of unpadded rows, in one call with no allocation.
+ *
+ * The model struct only points at weights owned by the caller (a mapped, packed blob) and the
+ * arena only points at buffers sized once per bucket, so a forward pass touches no allocator.
+ */
+#ifndef KIME_FORWARD_H
+#define KIME_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KIME_MAX_LAYERS 64
+
+typedef struct {
+    const float *norm_w, *norm_b; /* pre-norm (NULL norm_w: identity, layer 0 of the encoder) */
+    const float *qkv, *qkv_b;     /* packed [3d, d] */
+    const float *out, *out_b;     /* packed [d, d] */
+    const float *norm2_w, *norm2_b;
+    const float *up, *up_b;       /* encoder: packed GEGLU Wi [2I, d]; head: linear1 [4d, d] */
+    const float *down, *down_b;   /* encoder: Wo [d, I]; head: linear2 [d, 4d] */
+    int is_global;
+} kime_layer;
+
+typedef struct {
+    int isa;
+    int d, vocab, layers, heads, inter, half_window;
+    float norm_eps;
+    const uint16_t *tok_emb;      /* [vocab, d] FP16 bits: gathered and widened per token */
+    const float *emb_norm_w, *emb_norm_b, *final_norm_w, *final_norm_b;
+    kime_layer enc[KIME_MAX_LAYERS];
+    const float *cos_global, *sin_global, *cos_local, *sin_local; /* [max_pos, hd/2] */
+    int max_pos;
+    const float *type_emb;        /* [3, d] */
+    int head_layers, head_heads;
+    kime_layer head[KIME_MAX_LAYERS];
+    const float *sc_norm_w, *sc_norm_b, *sc1, *sc1_b, *sc3; /* sc1 packed [d, d]; sc3 [d] */
+    float sc3_b;
+    const float *act0, *act0_b, *act2, *act2_b; /* packed [256, d+4] and [n_act, 256] */
+    int n_act;
+} kime_model;
+
+typedef struct {
+    int max_tokens, max_rows, max_markers;
+    float *x, *h, *qkv, *attn, *ffn;   /* [T,d] [T,d] [T,3d] [T,d] [T,max(I,4d)] */
+    float *m, *m2;                     /* [M,d] [M,d] */
+    float *act_in, *act_h;             /* [R,d+4] [R,256] */
+    float *gemm_scratch, *attn_scratch;
+} kime_arena;
+
+/* Runs the batch; returns 0, or a negative code when the batch does not fit the arena or holds
+ * an id outside the vocabulary (the caller checked, so this is a guard, not an API). */
+int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
+                 int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
+                 float *logits, float *act, int nthreads);
+
+#endif

@@ -1,0 +1,468 @@
+/* FP32 GEMM C[M, N] = A[M, K] W[N, K]^T + epilogue, over weights packed once at load (kernels.h).
+ *
+ * Layout. W is packed in panels of NR columns of C: panel p holds outputs [p*NR, p*NR + NR) as K
+ * rows of NR floats, zero-padded past N. A GEGLU panel holds NR/2 outputs: lanes [0, NR/2) are
+ * their "a" rows of W and lanes [NR/2, NR) the matching "g" rows, so one register tile sees both.
+ * Each thread packs its A rows MR at a time as K rows of MR floats (zero-padded past M).
+ *
+ * Determinism. Every C element is one register accumulator that starts at +0 and takes one FMA
+ * per k, in increasing k, over all of K; the partial sums stay in registers, so no K block is
+ * ever stored or reordered. The epilogue is one vector routine per ISA, run on every tile. Tiles
+ * with fewer rows run the same code with fewer accumulators (the portable path computes the full
+ * tile, so even a contracting compiler treats every tile alike). Hence a row's bits do not depend
+ * on M, on which tile or thread computes it, or on the thread count.
+ *
+ * Blocking. A thread owns a range of rows (or, when M is too small to share, of panels) and walks
+ * it in blocks of mc rows: it packs the block's A (mc x K, about a quarter of L2), then for each
+ * panel runs the micro-kernel down the block, so a panel (K x NR) comes from L3 once per block
+ * and is reused from L2 by the block's tiles, and each A sliver is reused by every panel. K is
+ * not split (kc = K): per k the 14 x 32 kernel reads 184 bytes for 28 FMAs, a stream L2 (even
+ * L3) sustains with room to spare, so K blocks would buy no bandwidth and cost partial sums.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernels.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define KIME_X86 1
+#include <immintrin.h>
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define T256 __attribute__((target("avx2,fma")))
+#endif
+
+#define MAX_TILE (14 * 32) /* floats of the largest MR x NR register tile, a multiple of 16 */
+
+typedef struct {
+    const float *bias, *gbias; /* gbias: the GEGLU gate half's bias (bias + N/2) */
+    float *C;
+    int ldc, epi;
+} epilogue;
+
+typedef struct {
+    int mr, nr;
+    size_t a_bytes; /* a thread's packed A block: about a quarter of the L2 such CPUs have */
+    /* acc[m][NR] = A sliver (K x MR, first m rows used) times B panel (K x NR) */
+    void (*kernel)(int m, int K, const float *a, const float *b, float *acc);
+    /* Apply the epilogue to tile rows [0, m) and store `nv` output columns from column n0. */
+    void (*store)(const float *acc, int m, int n0, int nv, const epilogue *e, float *C);
+} gemm_impl;
+
+static const float SQRT1_2 = 0.70710678118654752440f; /* rounded once, as torch does */
+
+/* ---- portable ----------------------------------------------------------------------------- */
+
+#define PMR 4
+#define PNR 8
+
+static void kernel_portable(int m, int K, const float *a, const float *b, float *acc)
+{
+    (void)m; /* always the full tile (see Determinism) */
+    float c[PMR][PNR] = {{0}};
+    for (int k = 0; k < K; k++, a += PMR, b += PNR)
+        for (int i = 0; i < PMR; i++)
+            for (int j = 0; j < PNR; j++)
+                c[i][j] += a[i] * b[j];
+    memcpy(acc, c, sizeof c);
+}
+
+static float gelu1(float x) { return x * 0.5f * (1.0f + erff(x * SQRT1_2)); }
+
+static void store_portable(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
+{
+    for (int i = 0; i < m; i++, acc += PNR, C += e->ldc)
+        for (int j = 0; j < nv; j++) {
+            float x = acc[j] + (e->bias ? e->bias[n0 + j] : 0.0f);
+            switch (e->epi) {
+            case KIME_EPI_ACCUM: x = C[n0 + j] + x; break;
+            case KIME_EPI_GELU: x = gelu1(x); break;
+            case KIME_EPI_RELU: x = x < 0.0f ? 0.0f : x; break; /* keeps NaN, as torch */
+            case KIME_EPI_GEGLU:
+                x = gelu1(x) * (acc[j + PNR / 2] + (e->gbias ? e->gbias[n0 + j] : 0.0f));
+                break;
+            }
+            C[n0 + j] = x;
+        }
+}
+
+#ifdef KIME_X86
+/* ---- vector erf ---------------------------------------------------------------------------
+ * max error 1.1 ulp over all floats (checked exhaustively against double erf). |x| < 1:
+ * x + x P(x^2). 1 <= |x| < 4: 1 - exp(-r(|x|)) with r a polynomial fit of -log(erfc), and
+ * 1 - 2^n (1 + s) computed as (1 - 2^n) - 2^n s to save a rounding. |x| >= 4 rounds to 1.
+ * Coefficients: Lawson minimax fits, highest degree first. */
+static const float ERF_P[7] = {7.854098658e-05f, -8.010261226e-04f, 5.188334733e-03f,
+                               -2.685381472e-02f, 1.128358543e-01f, -3.761262596e-01f,
+                               1.283791661e-01f};
+static const float ERF_R[8] = {2.169771687e-05f, -4.414739087e-04f, 4.205291159e-03f,
+                               -2.521035820e-02f, 1.084221303e-01f, 6.332163811e-01f,
+                               1.129580379e+00f, -1.884714293e-04f};
+static const float EXPM1_Q[5] = {1.381412381e-03f, 8.368900977e-03f, 4.166840762e-02f,
+                                 1.666651964e-01f, 4.999999404e-01f}; /* expm1 f = f + f^2 Q(f) */
+#define LN2_HI 0.693359375f
+#define LN2_LO (-2.12194440e-4f)
+#define LOG2E 1.44269504089f
+
+/* ---- AVX-512: 14 x 32 tiles (28 accumulators, 2 B vectors, A broadcast from memory) ------- */
+
+#define AMR 14
+#define ANR 32
+#define S16(v) _mm512_set1_ps(v)
+
+T512 static inline __m512 erf16(__m512 x)
+{
+    __m512 a = _mm512_min_ps(_mm512_abs_ps(x), S16(4.0f)), z = _mm512_mul_ps(a, a);
+    __m512 p = S16(ERF_P[0]), r = S16(ERF_R[0]), q = S16(EXPM1_Q[0]);
+    for (int i = 1; i < 7; i++)
+        p = _mm512_fmadd_ps(p, z, S16(ERF_P[i]));
+    for (int i = 1; i < 8; i++)
+        r = _mm512_fmadd_ps(r, a, S16(ERF_R[i]));
+    __m512 small = _mm512_fmadd_ps(a, p, a);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(r, S16(-LOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_fnmadd_ps(n, S16(LN2_LO), _mm512_fnmsub_ps(n, S16(LN2_HI), r));
+    for (int i = 1; i < 5; i++)
+        q = _mm512_fmadd_ps(q, f, S16(EXPM1_Q[i]));
+    __m512 s = _mm512_fmadd_ps(_mm512_mul_ps(f, f), q, f), p2 = _mm512_scalef_ps(S16(1.0f), n);
+    __m512 big = _mm512_fnmadd_ps(s, p2, _mm512_sub_ps(S16(1.0f), p2));
+    __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, S16(1.0f), _CMP_LT_OQ), big, small);
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32( /* copysign(y, x) */
+        _mm512_castps_si512(y), _mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff), 0xe4));
+}
+
+T512 static inline __m512 gelu16(__m512 x)
+{
+    return _mm512_mul_ps(_mm512_mul_ps(x, S16(0.5f)),
+                         _mm512_add_ps(S16(1.0f), erf16(_mm512_mul_ps(x, S16(SQRT1_2)))));
+}
+
+T512 static inline __attribute__((always_inline)) void
+kernel512_m(const int m, int K, const float *a, const float *b, float *acc)
+{
+    __m512 c0[AMR], c1[AMR];
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++)
+        c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int k = 0; k < K; k++, a += AMR, b += ANR) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < m; i++) {
+            __m512 ai = _mm512_set1_ps(a[i]);
+            c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++) {
+        _mm512_store_ps(acc + i * ANR, c0[i]);
+        _mm512_store_ps(acc + i * ANR + 16, c1[i]);
+    }
+}
+
+T512 static void kernel512(int m, int K, const float *a, const float *b, float *acc)
+{
+    switch (m) { /* one register allocation per row count */
+#define CASE(M) case M: kernel512_m(M, K, a, b, acc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+        CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14)
+#undef CASE
+    }
+}
+
+T512 static void store512(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
+{
+    if (e->epi == KIME_EPI_GEGLU) {
+        __mmask16 k = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
+        __m512 ba = e->bias ? _mm512_maskz_loadu_ps(k, e->bias + n0) : _mm512_setzero_ps();
+        __m512 bg = e->gbias ? _mm512_maskz_loadu_ps(k, e->gbias + n0) : _mm512_setzero_ps();
+        for (int i = 0; i < m; i++, acc += ANR, C += e->ldc) {
+            __m512 x = _mm512_add_ps(_mm512_load_ps(acc), ba);
+            __m512 g = _mm512_add_ps(_mm512_load_ps(acc + 16), bg);
+            _mm512_mask_storeu_ps(C + n0, k, _mm512_mul_ps(gelu16(x), g));
+        }
+        return;
+    }
+    for (int v = 0; v < ANR / 16 && 16 * v < nv; v++) {
+        int left = nv - 16 * v, j0 = n0 + 16 * v;
+        __mmask16 k = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+        __m512 bias = e->bias ? _mm512_maskz_loadu_ps(k, e->bias + j0) : _mm512_setzero_ps();
+        float *c = C + j0;
+        for (int i = 0; i < m; i++, c += e->ldc) {
+            __m512 x = _mm512_add_ps(_mm512_load_ps(acc + i * ANR + 16 * v), bias);
+            switch (e->epi) {
+            case KIME_EPI_ACCUM: x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c), x); break;
+            case KIME_EPI_GELU: x = gelu16(x); break;
+            case KIME_EPI_RELU: x = _mm512_max_ps(_mm512_setzero_ps(), x); break; /* NaN stays */
+            }
+            _mm512_mask_storeu_ps(c, k, x);
+        }
+    }
+}
+
+/* ---- AVX2 + FMA: 6 x 16 tiles (12 accumulators) ------------------------------------------ */
+
+#define HMR 6
+#define HNR 16
+#define S8(v) _mm256_set1_ps(v)
+
+T256 static inline __m256 erf8(__m256 x)
+{
+    __m256 sign = _mm256_and_ps(x, S8(-0.0f));
+    __m256 a = _mm256_min_ps(_mm256_andnot_ps(S8(-0.0f), x), S8(4.0f)), z = _mm256_mul_ps(a, a);
+    __m256 p = S8(ERF_P[0]), r = S8(ERF_R[0]), q = S8(EXPM1_Q[0]);
+    for (int i = 1; i < 7; i++)
+        p = _mm256_fmadd_ps(p, z, S8(ERF_P[i]));
+    for (int i = 1; i < 8; i++)
+        r = _mm256_fmadd_ps(r, a, S8(ERF_R[i]));
+    __m256 small = _mm256_fmadd_ps(a, p, a);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(r, S8(-LOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_fnmadd_ps(n, S8(LN2_LO), _mm256_fnmsub_ps(n, S8(LN2_HI), r));
+    for (int i = 1; i < 5; i++)
+        q = _mm256_fmadd_ps(q, f, S8(EXPM1_Q[i]));
+    __m256 s = _mm256_fmadd_ps(_mm256_mul_ps(f, f), q, f);
+    __m256 p2 = _mm256_castsi256_ps( /* 2^n, n in [-26, -1] */
+        _mm256_add_epi32(_mm256_castps_si256(S8(1.0f)),
+                         _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
+    __m256 big = _mm256_fnmadd_ps(s, p2, _mm256_sub_ps(S8(1.0f), p2));
+    __m256 y = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, S8(1.0f), _CMP_LT_OQ));
+    return _mm256_or_ps(y, sign);
+}
+
+T256 static inline __m256 gelu8(__m256 x)
+{
+    return _mm256_mul_ps(_mm256_mul_ps(x, S8(0.5f)),
+                         _mm256_add_ps(S8(1.0f), erf8(_mm256_mul_ps(x, S8(SQRT1_2)))));
+}
+
+T256 static inline __attribute__((always_inline)) void
+kernel256_m(const int m, int K, const float *a, const float *b, float *acc)
+{
+    __m256 c0[HMR], c1[HMR];
+#pragma GCC unroll 8
+    for (int i = 0; i < m; i++)
+        c0[i] = c1[i] = _mm256_setzero_ps();
+    for (int k = 0; k < K; k++, a += HMR, b += HNR) {
+        __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+#pragma GCC unroll 8
+        for (int i = 0; i < m; i++) {
+            __m256 ai = _mm256_broadcast_ss(a + i);
+            c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+            c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < m; i++) {
+        _mm256_store_ps(acc + i * HNR, c0[i]);
+        _mm256_store_ps(acc + i * HNR + 8, c1[i]);
+    }
+}
+
+T256 static void kernel256(int m, int K, const float *a, const float *b, float *acc)
+{
+    switch (m) {
+#define CASE(M) case M: kernel256_m(M, K, a, b, acc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+#undef CASE
+    }
+}
+
+T256 static inline __m256i lanes8(int left)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+T256 static inline __m256 maybe_load8(const float *p, __m256i k)
+{
+    return p ? _mm256_maskload_ps(p, k) : _mm256_setzero_ps();
+}
+
+T256 static void store256(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
+{
+    if (e->epi == KIME_EPI_GEGLU) {
+        __m256i k = lanes8(nv);
+        __m256 ba = maybe_load8(e->bias ? e->bias + n0 : NULL, k);
+        __m256 bg = maybe_load8(e->gbias ? e->gbias + n0 : NULL, k);
+        for (int i = 0; i < m; i++, acc += HNR, C += e->ldc) {
+            __m256 x = _mm256_add_ps(_mm256_load_ps(acc), ba);
+            __m256 g = _mm256_add_ps(_mm256_load_ps(acc + 8), bg);
+            _mm256_maskstore_ps(C + n0, k, _mm256_mul_ps(gelu8(x), g));
+        }
+        return;
+    }
+    for (int v = 0; v < HNR / 8 && 8 * v < nv; v++) {
+        int j0 = n0 + 8 * v;
+        __m256i k = lanes8(nv - 8 * v);
+        __m256 bias = maybe_load8(e->bias ? e->bias + j0 : NULL, k);
+        float *c = C + j0;
+        for (int i = 0; i < m; i++, c += e->ldc) {
+            __m256 x = _mm256_add_ps(_mm256_load_ps(acc + i * HNR + 8 * v), bias);
+            switch (e->epi) {
+            case KIME_EPI_ACCUM: x = _mm256_add_ps(_mm256_maskload_ps(c, k), x); break;
+            case KIME_EPI_GELU: x = gelu8(x); break;
+            case KIME_EPI_RELU: x = _mm256_max_ps(_mm256_setzero_ps(), x); break;
+            }
+            _mm256_maskstore_ps(c, k, x);
+        }
+    }
+}
+#endif /* KIME_X86 */
+
+static const gemm_impl IMPLS[3] = {
+    {PMR, PNR, 128 << 10, kernel_portable, store_portable},
+#ifdef KIME_X86
+    {HMR, HNR, 128 << 10, kernel256, store256},
+    {AMR, ANR, 256 << 10, kernel512, store512},
+#endif
+};
+
+static const gemm_impl *impl_of(int isa)
+{
+#ifdef KIME_X86
+    if (isa == KIME_ISA_AVX2 || isa == KIME_ISA_AVX512)
+        return &IMPLS[isa];
+#endif
+    (void)isa;
+    return &IMPLS[0];
+}
+
+/* ---- packing -------------------------------------------------------------------------------- */
+
+static size_t panels(const gemm_impl *im, int N, int geglu)
+{
+    int width = geglu ? im->nr / 2 : im->nr, outputs = geglu ? N / 2 : N;
+    return (size_t)((outputs + width - 1) / width);
+}
+
+size_t kime_gemm_packed_floats(int isa, int N, int K, int geglu)
+{
+    const gemm_impl *im = impl_of(isa);
+    return panels(im, N, geglu) * (size_t)K * (size_t)im->nr;
+}
+
+void kime_gemm_pack(int isa, const float *W, int N, int K, int geglu, float *packed)
+{
+    const gemm_impl *im = impl_of(isa);
+    const int nr = im->nr, half = nr / 2, I = N / 2;
+    const size_t P = panels(im, N, geglu);
+    for (size_t p = 0; p < P; p++)
+        for (int j = 0; j < nr; j++) {
+            /* the row of W feeding lane j of panel p, or -1 for zero padding */
+            long row = geglu ? (long)p * half + (j % half) : (long)p * nr + j;
+            if (geglu)
+                row = row < I ? row + (j < half ? 0 : I) : -1;
+            else if (row >= N)
+                row = -1;
+            float *dst = packed + p * (size_t)K * nr + j;
+            for (int k = 0; k < K; k++)
+                dst[(size_t)k * nr] = row < 0 ? 0.0f : W[(size_t)row * K + k];
+        }
+}
+
+/* Rows of A a thread packs at once: a multiple of MR whose block fills about a_bytes. */
+static int block_rows(const gemm_impl *im, int K)
+{
+    size_t tiles = im->a_bytes / ((size_t)im->mr * (K > 0 ? K : 1) * sizeof(float));
+    return im->mr * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
+}
+
+/* A thread's share of scratch: its register tile's spill (MAX_TILE floats), then its A block
+ * (at most max(a_bytes, MR * K * 4) bytes, rising with K, so scratch sized for the largest K of a
+ * model serves all its GEMMs); a multiple of 16 floats keeps every share 64-B aligned. */
+static size_t thread_floats(const gemm_impl *im, int K)
+{
+    size_t floats = im->a_bytes / sizeof(float);
+    size_t sliver = (size_t)im->mr * (size_t)(K > 0 ? K : 0);
+    return MAX_TILE + (((floats > sliver ? floats : sliver) + 15) & ~(size_t)15);
+}
+
+size_t kime_gemm_scratch_floats(int isa, int K, int nthreads)
+{
+    return thread_floats(impl_of(isa), K) * (size_t)(nthreads > 1 ? nthreads : 1) + 16;
+}
+
+static void pack_a(const float *A, int lda, int m, int K, int mr, float *dst)
+{
+    for (int k = 0; k < K; k++, dst += mr)
+        for (int i = 0; i < mr; i++)
+            dst[i] = i < m ? A[(size_t)i * lda + k] : 0.0f;
+}
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+typedef struct {
+    const gemm_impl *im;
+    const float *A, *packed;
+    int lda, M, K, outputs, width, npanels;
+    epilogue e;
+    float *scratch;
+} job;
+
+/* Row r_t of an even split of M rows over nt threads, rounded to a whole tile. */
+static int split_rows(int M, int mr, int t, int nt)
+{
+    if (t >= nt)
+        return M;
+    long r = ((long)M * t / nt + mr / 2) / mr * mr;
+    return r < M ? (int)r : M;
+}
+
+static void run(const job *j, int t, int nt)
+{
+    const gemm_impl *im = j->im;
+    const int mr = im->mr, K = j->K, mc = block_rows(im, K);
+    int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
+    if ((j->M + mr - 1) / mr >= 4 * nt) { /* enough tiles: split rows, each thread packs less A */
+        r0 = split_rows(j->M, mr, t, nt);
+        r1 = split_rows(j->M, mr, t + 1, nt);
+    } else {
+        p0 = (int)((long)j->npanels * t / nt);
+        p1 = (int)((long)j->npanels * (t + 1) / nt);
+    }
+    float *acc = j->scratch + (size_t)t * thread_floats(im, K), *ap = acc + MAX_TILE;
+    for (int m0 = r0; m0 < r1; m0 += mc) {
+        const int mb = r1 - m0 < mc ? r1 - m0 : mc;
+        for (int i = 0; i < mb; i += mr)
+            pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K, mr,
+                   ap + (size_t)i * K);
+        for (int p = p0; p < p1; p++) {
+            const float *b = j->packed + (size_t)p * K * im->nr;
+            const int n0 = p * j->width;
+            const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
+            for (int i = 0; i < mb; i += mr) {
+                const int m = mb - i < mr ? mb - i : mr;
+                im->kernel(m, K, ap + (size_t)i * K, b, acc);
+                im->store(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
+            }
+        }
+    }
+}
+
+void kime_gemm(int isa, const float *A, int lda, int M, int K, int N, const float *packed,
+               const float *bias, int epilogue_kind, float *C, int ldc, float *scratch,
+               int nthreads)
+{
+    if (M <= 0 || N <= 0 || K < 0)
+        return;
+    const gemm_impl *im = impl_of(isa);
+    const int geglu = epilogue_kind == KIME_EPI_GEGLU;
+    job j = {im, A, packed, lda, M, K, geglu ? N / 2 : N, geglu ? im->nr / 2 : im->nr,
+             (int)panels(im, N, geglu),
+             {bias, geglu && bias ? bias + N / 2 : NULL, C, ldc, epilogue_kind},
+             (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
+#ifdef _OPENMP
+    if (nthreads > 1) {
+#pragma omp parallel num_threads(nthreads)
+        run(&j, omp_get_thread_num(), omp_get_num_threads());
+        return;
+    }
+#else
+    (void)nthreads;
+#endif
+    run(&j, 0, 1);
+}

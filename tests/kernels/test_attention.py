@@ -1,0 +1,205 @@
+"""kime._cpu._attention (csrc/attention.c) against float64 NumPy references and the model oracle.
+
+The float64 references loop per row and per head and build the full score matrix, so they share
+nothing with the kernel's blocked online softmax. Every path (portable, AVX2, AVX-512) the CPU has
+is forced in turn through KIME_ISA.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from kime._cpu import _attention, reference
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+ROPE_TOL = {"rtol": 1e-6, "atol": 1e-6}
+WINDOWS = [0, 1, 4, 64, 1000, -1]
+
+
+@pytest.fixture(autouse=True)
+def one_blas_thread():
+    # The references run many small matmuls; BLAS threads only add start-up and contention.
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
+
+
+@pytest.fixture(params=["portable", "avx2", "avx512"])
+def isa(request, monkeypatch):
+    monkeypatch.setenv("KIME_ISA", request.param)
+    if _attention.isa() != request.param:
+        pytest.skip(f"this CPU has no {request.param}")
+    return request.param
+
+
+def bounds(lens) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(lens)]).astype(np.int32)
+
+
+def random_qkv(lens, H: int, hd: int, seed: int, scale: float = 1.5) -> np.ndarray:
+    # Scores have standard deviation scale**2: 1.5 spreads them over several units, so the
+    # softmax is far from uniform.
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((int(sum(lens)), 3 * H * hd)) * scale).astype(np.float32)
+
+
+def attention_reference(qkv, cu, H, hd, half_window) -> np.ndarray:
+    x = qkv.astype(np.float64)
+    out = np.zeros((qkv.shape[0], H * hd))
+    for a, b in zip(cu[:-1], cu[1:]):
+        if a == b:
+            continue
+        pos = np.arange(b - a)
+        for h in range(H):
+            q, k, v = (x[a:b, (part * H + h) * hd:(part * H + h + 1) * hd] for part in range(3))
+            scores = q @ k.T / np.sqrt(hd)
+            if half_window >= 0:
+                scores[np.abs(pos[:, None] - pos[None, :]) > half_window] = -np.inf
+            p = np.exp(scores - scores.max(axis=1, keepdims=True))
+            out[a:b, h * hd:(h + 1) * hd] = (p / p.sum(axis=1, keepdims=True)) @ v
+    return out
+
+
+def rope_reference(qkv, cu, H, hd, cos, sin) -> np.ndarray:
+    x = qkv.astype(np.float64)
+    half = hd // 2
+    for a, b in zip(cu[:-1], cu[1:]):
+        c, s = cos[:b - a].astype(np.float64), sin[:b - a].astype(np.float64)
+        for u in range(2 * H):  # q heads, then k heads
+            lo, hi = x[a:b, u * hd:u * hd + half].copy(), x[a:b, u * hd + half:(u + 1) * hd].copy()
+            x[a:b, u * hd:u * hd + half] = lo * c - hi * s
+            x[a:b, u * hd + half:(u + 1) * hd] = hi * c + lo * s
+    return x
+
+
+def tables(n: int, hd: int, theta: float = 10000.0):
+    cos, sin = reference.rope_tables(n, hd, theta)
+    return np.ascontiguousarray(cos[:, :hd // 2]), np.ascontiguousarray(sin[:, :hd // 2])
+
+
+@pytest.mark.parametrize("hd", [16, 24, 32, 64])
+@pytest.mark.parametrize("half_window", WINDOWS)
+def test_attention_mixed_rows(isa, hd, half_window):
+    lens, H = [1, 7, 33, 129, 512, 2], 2
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=hd + half_window)
+    out = _attention.attention(qkv, cu, H, hd, half_window)
+    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window), **TOL)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_attention_random_shapes(isa, seed):
+    rng = np.random.default_rng(seed)
+    H, hd = int(rng.integers(1, 17)), int(rng.choice([16, 24, 32, 64]))
+    lens = [int(n) for n in rng.integers(1, 150, size=int(rng.integers(1, 6)))]
+    half_window = int(rng.choice(WINDOWS + [max(lens) - 1, max(lens) - 2]))
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed)
+    out = _attention.attention(qkv, cu, H, hd, half_window)
+    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window), **TOL)
+
+
+@pytest.mark.parametrize("hd", [2, 7, 128])
+def test_attention_any_head_dim(isa, hd):
+    lens, H = [1, 37, 70], 3
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=hd)
+    for half_window in (-1, 3):
+        out = _attention.attention(qkv, cu, H, hd, half_window)
+        np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window), **TOL)
+
+
+@pytest.mark.parametrize("half_window", [-1, 5])
+def test_attention_sharp_softmax_as_accurate_as_oracle(isa, half_window):
+    """Scores with a standard deviation of 36 (most weights underflow FP32): FP32 itself limits the
+    accuracy, so the kernel must do as well as the FP32 oracle, not meet TOL."""
+    n, H, hd = 200, 4, 64
+    qkv = random_qkv([n], H, hd, seed=1, scale=6.0)
+    expected = attention_reference(qkv, bounds([n]), H, hd, half_window)
+    q, k, v = qkv.reshape(n, 3, H, hd).transpose(1, 2, 0, 3)
+    oracle = reference.attention(q, k, v, None if half_window < 0 else half_window)
+    error = np.abs(_attention.attention(qkv, bounds([n]), H, hd, half_window) - expected).max()
+    assert error <= 1.5 * np.abs(oracle - expected).max()
+
+
+def test_attention_strided_out_and_empty_rows(isa):
+    lens, H, hd = [0, 5, 0, 40, 0], 3, 16
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=3)
+    buffer = np.full((qkv.shape[0], H * hd + 7), np.nan, dtype=np.float32)
+    out = _attention.attention(qkv, cu, H, hd, 4, out=buffer[:, 3:3 + H * hd])
+    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, 4), **TOL)
+    assert np.isnan(buffer[:, :3]).all() and np.isnan(buffer[:, 3 + H * hd:]).all()
+
+
+def test_attention_no_rows():
+    out = _attention.attention(np.zeros((0, 48), np.float32), bounds([]), 1, 16, -1)
+    assert out.shape == (0, 16)
+
+
+@pytest.mark.parametrize("half_window", [-1, 4, 64])
+def test_attention_bits_independent_of_threads_and_batch(isa, half_window):
+    H, hd = 4, 64
+    lens = [33, 512, 7, 300]
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=11)
+    one = _attention.attention(qkv, cu, H, hd, half_window, threads=1)
+    np.testing.assert_array_equal(_attention.attention(qkv, cu, H, hd, half_window, threads=2), one)
+    np.testing.assert_array_equal(_attention.attention(qkv, cu, H, hd, half_window, threads=3), one)
+    for r in (1, 3):  # the same row alone
+        a, b = cu[r], cu[r + 1]
+        alone = _attention.attention(np.ascontiguousarray(qkv[a:b]), bounds([b - a]), H, hd,
+                                     half_window, threads=2)
+        np.testing.assert_array_equal(alone, one[a:b])
+
+
+def test_rope_matches_reference():
+    lens, H, hd = [1, 7, 129, 0, 33], 3, 24
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=5)
+    cos, sin = tables(200, hd)
+    expected = rope_reference(qkv, cu, H, hd, cos, sin)
+    for threads in (1, 2):
+        x = qkv.copy()
+        _attention.rope(x, cu, H, hd, cos, sin, threads=threads)
+        np.testing.assert_allclose(x, expected, **ROPE_TOL)
+        np.testing.assert_array_equal(x[:, 2 * H * hd:], qkv[:, 2 * H * hd:])  # v untouched
+
+
+@pytest.mark.parametrize("hd,half_window,theta", [(64, -1, 160000.0), (64, 64, 10000.0),
+                                                  (16, 4, 10000.0), (32, 1000, 10000.0)])
+def test_matches_model_oracle(isa, hd, half_window, theta):
+    """kime's rope + attention against the oracle's apply_rope + attention, row by row."""
+    lens, H = [129, 1, 300], 3
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=hd)
+    cos, sin = tables(512, hd, theta)
+    x = qkv.copy()
+    _attention.rope(x, cu, H, hd, cos, sin)
+    out = _attention.attention(x, cu, H, hd, half_window)
+    for a, b in zip(cu[:-1], cu[1:]):
+        n = b - a
+        q, k, v = qkv[a:b].reshape(n, 3, H, hd).transpose(1, 2, 0, 3)
+        full_cos, full_sin = reference.rope_tables(n, hd, theta)
+        q, k = (reference.apply_rope(part, full_cos, full_sin) for part in (q, k))
+        roped = np.concatenate([q, k]).transpose(1, 0, 2).reshape(n, 2 * H * hd)
+        np.testing.assert_allclose(x[a:b, :2 * H * hd], roped, **ROPE_TOL)
+        expected = reference.attention(q, k, v, None if half_window < 0 else half_window)
+        np.testing.assert_allclose(out[a:b], expected, **TOL)
+
+
+def test_rejects_bad_arguments():
+    qkv = np.zeros((10, 3 * 2 * 16), np.float32)
+    with pytest.raises(ValueError, match="columns"):
+        _attention.attention(qkv, bounds([10]), 2, 32, -1)
+    with pytest.raises(ValueError, match="end at"):
+        _attention.attention(qkv, bounds([11]), 2, 16, -1)
+    with pytest.raises(ValueError, match="decrease"):
+        _attention.attention(qkv, np.array([0, 6, 4, 10], np.int32), 2, 16, -1)
+    with pytest.raises(ValueError, match="threads"):
+        _attention.attention(qkv, bounds([10]), 2, 16, -1, threads=0)
+    with pytest.raises(ValueError, match="out must be"):
+        _attention.attention(qkv, bounds([10]), 2, 16, -1, out=np.zeros((10, 31), np.float32))
+    cos, sin = tables(4, 16)
+    with pytest.raises(ValueError, match="tables"):
+        _attention.rope(qkv, bounds([10]), 2, 16, cos, sin)

@@ -1,0 +1,220 @@
+"""The compiled CPU backend against the NumPy reference, its determinism, its plans and arenas,
+and its packed-weight cache."""
+from __future__ import annotations
+
+import os
+import random
+import tracemalloc
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kime
+from kime.batch import Batch
+from kime._cpu import weights as packed
+
+from .test_golden import DATA, GOLDENS
+
+# The compiled kernels reorder float32 sums (blocked GEMM, online softmax) against NumPy.
+PROB_TOL = 1e-5
+LOGIT_TOL = 1e-4
+
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team?",
+             "criteria": {"billing": "money", "tech": "bugs", "sales": "deals", "other": ""}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "mid", "high"]},
+    "spam": {"type": "noul", "instructions": "Is it spam?"},
+}
+STATE = "My invoice is wrong and I was charged twice for the same order, please help. "
+
+
+def _engine(path, monkeypatch=None, backend="compiled", **kw) -> kime.Kime:
+    old = os.environ.get("KIME_CPU_BACKEND")
+    os.environ["KIME_CPU_BACKEND"] = backend
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return kime.Kime(str(path), device="cpu", **kw)
+    finally:
+        if old is None:
+            del os.environ["KIME_CPU_BACKEND"]
+        else:
+            os.environ["KIME_CPU_BACKEND"] = old
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path_factory.getbasetemp() / "kime-cache"))
+
+
+@pytest.fixture(scope="module", params=sorted(DATA["checkpoints"]))
+def pair(request, tmp_path_factory):
+    os.environ["KIME_CACHE"] = str(tmp_path_factory.getbasetemp() / "kime-cache")
+    path = GOLDENS / DATA["checkpoints"][request.param]["path"]
+    return _engine(path, threads=2), _engine(path, backend="reference", threads=1)
+
+
+def _requests(seed: int, n: int = 12):
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        state = rng.choice([STATE * rng.randint(1, 12), {"ticket": rng.randint(0, 99), "body": STATE},
+                            ["hello", STATE * rng.randint(1, 5)], "", "x"])
+        qs = dict(rng.sample(sorted(QUESTIONS.items()), rng.randint(1, 3)))
+        out.append({"state": state, "questions": qs})
+    return out
+
+
+def test_compiled_matches_reference(pair):
+    compiled, reference = pair
+    worst_logit = worst_prob = 0.0
+    for req in _requests(0):
+        a, b = compiled.decide(req), reference.decide(req)
+        for qid in req["questions"]:
+            worst_logit = max(worst_logit, float(np.abs(a[qid].logits - b[qid].logits).max()))
+            worst_prob = max(worst_prob, float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
+            assert abs(a[qid].act_probability - b[qid].act_probability) <= PROB_TOL
+    assert worst_logit <= LOGIT_TOL and worst_prob <= PROB_TOL, (worst_logit, worst_prob)
+
+
+def test_bits_identical_across_threads_and_batches(pair, tmp_path):
+    compiled = pair[0]
+    one = _engine(compiled.checkpoint.path, threads=1)
+    reqs = _requests(1, 16)
+    alone = [one.decide(r) for r in reqs]
+    rng = random.Random(2)
+    for _ in range(3):
+        order = list(range(len(reqs)))
+        rng.shuffle(order)
+        together = compiled.decide_batch([reqs[i] for i in order])
+        for i, response in zip(order, together):
+            for qid in reqs[i]["questions"]:
+                assert response[qid].logits.tobytes() == alone[i][qid].logits.tobytes()
+                assert response[qid].act.tobytes() == alone[i][qid].act.tobytes()
+
+
+def test_warm_plan_allocates_nothing(pair):
+    compiled = pair[0]
+    backend = compiled._backend
+    rows = compiled.rows_for({"state": STATE * 4, "questions": QUESTIONS})
+    batch = Batch.pack([r.ids for r in rows], [r.markers for r in rows], [0, 1, 2])
+    plan = backend.prepare(batch.tokens)
+    plan.run(batch)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.take_snapshot()
+        plan.run(batch)
+        _, peak = tracemalloc.get_traced_memory()
+        after = tracemalloc.take_snapshot()
+    finally:
+        tracemalloc.stop()
+    # A few small Python objects (slice views) come and go; no array of activations does.
+    activations = batch.tokens * compiled.checkpoint.hidden * 4
+    assert peak < min(16384, activations // 4), peak
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename") if s.size_diff > 0)
+    assert grown < 4096, grown
+
+
+def test_preload_builds_small_buckets_and_memory_reports_them(tmp_path):
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    cold = _engine(path, threads=1)
+    assert cold.memory().plans == 0 and cold.memory().weights > 0
+    warm = _engine(path, threads=1, preload=True)
+    assert warm.memory().plans > 0
+    warm.decide({"state": STATE, "questions": QUESTIONS})
+    assert warm.memory().plans >= cold.memory().plans
+
+
+def test_packed_cache_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    first = _engine(path, threads=1)
+    assert first._backend.weights_from == "packed"
+    second = _engine(path, threads=1)
+    assert second._backend.weights_from == "cache"
+    want = first.decide({"state": STATE, "questions": QUESTIONS})
+    got = second.decide({"state": STATE, "questions": QUESTIONS})
+    for qid in QUESTIONS:
+        assert want[qid].logits.tobytes() == got[qid].logits.tobytes()
+    files = list(Path(packed.cache_dir()).glob("*.kpack"))
+    assert len(files) == 1
+    # Overwrite a stretch of the data: detected, rebuilt, same answers.
+    with open(files[0], "r+b") as f:
+        f.seek(packed.HEADER_ROOM + 100)
+        f.write(os.urandom(8192))
+    third = _engine(path, threads=1)
+    assert third._backend.weights_from == "packed"
+    again = third.decide({"state": STATE, "questions": QUESTIONS})
+    for qid in QUESTIONS:
+        assert want[qid].logits.tobytes() == again[qid].logits.tobytes()
+    # Truncated: detected too.
+    with open(files[0], "r+b") as f:
+        f.truncate(packed.HEADER_ROOM + 10)
+    assert _engine(path, threads=1)._backend.weights_from == "packed"
+
+
+def test_cache_key_follows_the_checkpoint(tmp_path, tiny_path):
+    import shutil
+
+    a = shutil.copytree(tiny_path, tmp_path / "a")
+    before = packed.fingerprint(str(a))
+    cfg = (a / "rl_agent_config.json").read_text()
+    (a / "rl_agent_config.json").write_text(cfg.replace('"head_max_len"', '"head_max_len" '))
+    assert packed.fingerprint(str(a)) != before
+
+
+@pytest.mark.parametrize("isa", ["portable", "avx2", "avx512"])
+def test_every_isa_path_matches_the_reference(isa, tmp_path):
+    """The ISA is chosen once per process, so each path runs in a subprocess of its own."""
+    import json
+    import subprocess
+    import sys
+
+    from kime._cpu import _forward
+
+    names = {0: "portable", 1: "avx2", 2: "avx512"}
+    if ["portable", "avx2", "avx512"].index(isa) > _forward.isa_detect():
+        pytest.skip("this CPU has no %s; the path is tested where it has" % isa)
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    reqs = _requests(5, 6)
+    script = (
+        "import json, sys, warnings\n"
+        "warnings.simplefilter('ignore')\n"
+        "import kime\n"
+        "e = kime.Kime(sys.argv[1], threads=2)\n"
+        "print(json.dumps([e.device] + [{q: a.logits.tolist() for q, a in e.decide(r).answers.items()}"
+        " for r in json.loads(sys.argv[2])]))\n")
+    env = dict(os.environ, KIME_ISA=isa, KIME_CACHE=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-c", script, str(path), json.dumps(reqs)], env=env,
+                         capture_output=True, text=True, check=True).stdout
+    device, *answers = json.loads(out)
+    assert names[["portable", "avx2", "avx512"].index(isa)] in device
+    reference = _engine(path, backend="reference", threads=1)
+    for req, got in zip(reqs, answers):
+        want = reference.decide(req)
+        for qid, logits in got.items():
+            np.testing.assert_allclose(logits, want[qid].logits, rtol=0, atol=LOGIT_TOL)
+
+
+def test_golden_rows_compiled_against_reference(pair):
+    """Every golden case's rows through both backends (the rows Laya itself recorded)."""
+    from .test_golden import CASES, _rows
+
+    compiled, reference = pair
+    name = [n for n, i in DATA["checkpoints"].items()
+            if GOLDENS / i["path"] == Path(compiled.checkpoint.path)][0]
+    agent = kime.Agent(compiled)
+    for case in CASES:
+        if case["error"] or case["checkpoint"] != name:
+            continue
+        rows = _rows(agent, case)
+        if not rows:
+            continue
+        qtypes = [kime.render.QTYPES[qt] for _, qt in rows]
+        got, _ = compiled._run([r for r, _ in rows], qtypes)
+        want, _ = reference._run([r for r, _ in rows], qtypes)
+        for (gl, ga), (wl, wa) in zip(got, want):
+            np.testing.assert_allclose(gl, wl, rtol=0, atol=LOGIT_TOL, err_msg=case["id"])
+            np.testing.assert_allclose(ga, wa, rtol=0, atol=PROB_TOL, err_msg=case["id"])
