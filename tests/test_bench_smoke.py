@@ -1,0 +1,91 @@
+"""The bench still builds its workloads and runs end to end (tiny shape, no peers, one repeat).
+
+Speed is never asserted; this only keeps `python -m bench` from rotting.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Any, Dict
+
+import pytest
+
+from bench import run as bench_run
+from bench.stats import compare_results, percentile, w1_agrees
+from bench.workloads import (WORKLOAD_NAMES, build_workloads, cached_checkpoint, exact_tokens_text,
+                             source_text, tokenizer_encoder)
+
+
+@pytest.fixture(scope="module")
+def bench_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return cached_checkpoint("tiny", str(tmp_path_factory.mktemp("bench-cache")))
+
+
+def test_checkpoint_is_cached(bench_checkpoint: str) -> None:
+    again = cached_checkpoint("tiny", str(Path(bench_checkpoint).parent))
+    assert again == bench_checkpoint
+    assert (Path(bench_checkpoint) / "model.safetensors").is_file()
+
+
+def test_exact_token_lengths(bench_checkpoint: str) -> None:
+    encode = tokenizer_encoder(bench_checkpoint)
+    for n in (1, 17, 96, 300):
+        assert len(encode(exact_tokens_text(encode, source_text(n), n))) == n
+
+
+def test_workloads_match_their_definitions(bench_checkpoint: str) -> None:
+    import kime
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        engine = kime.Kime(bench_checkpoint, device="cpu", precision="f32", threads=1)
+    ws = {w.name: w for w in build_workloads(bench_checkpoint, engine)}
+    assert list(ws) == list(WORKLOAD_NAMES)
+    max_len = engine.max_row_tokens
+    assert [len(ws[n].questions) for n in WORKLOAD_NAMES] == [1, 5, 10, 50, 5]
+    assert ws["W1"].state_tokens == 96 and ws["W2"].state_tokens == 300
+    assert ws["W3"].state_tokens == max_len and ws["W3"].states == ws["W4"].states
+    assert set(ws["W3"].row_tokens) == {max_len} and set(ws["W4"].row_tokens) == {max_len}
+    assert ws["W9"].kind == "predict_batch" and len(set(ws["W9"].states)) == 16
+    assert ws["W9"].rows == 80
+    kinds = [q["type"] for q in ws["W2"].questions.values()]
+    assert sorted(kinds) == ["choice", "noul", "noul", "score", "score"]
+
+
+def test_bench_runs_without_peers(bench_checkpoint: str, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "report.json"
+    # --quick: one startup probe and a warm-up on W1 only; every workload still runs once.
+    status = bench_run.main(["--shape", "tiny", "--peers", "none", "--quick", "--repeat", "1",
+                             "--workloads", ",".join(WORKLOAD_NAMES),
+                             "--cache-dir", str(Path(bench_checkpoint).parent), "--out", str(out)])
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert [w["name"] for w in report["workloads"]] == list(WORKLOAD_NAMES)
+    for w in report["workloads"]:
+        assert w["runs"] == 1 and w["stats"]["kime"]["n"] == 1
+        assert w["stats"]["kime"]["p50"] > 0
+    assert report["workloads"][-1]["questions_per_s"]["kime"] > 0
+    startup = report["startup"]["kime"]
+    assert startup["load_s"] >= 0 and startup["rss_w3_kb"] >= startup["rss_load_kb"] > 0
+    text = capsys.readouterr().out
+    for name in WORKLOAD_NAMES:
+        assert "\n%s  " % name in text
+    assert "Startup in a new process" in text
+
+
+def test_stats_helpers() -> None:
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([1.0, 2.0], 95) == pytest.approx(1.95)
+    a: Dict[str, Any] = {"answers": {"q": {"type": "choice", "choice": "x",
+                                           "probabilities": {"x": 0.6, "y": 0.4}}},
+                         "usage": {"input_tokens": 10}}
+    b: Dict[str, Any] = {"answers": {"q": {"type": "choice", "choice": "x",
+                                           "probabilities": {"x": 0.6004, "y": 0.3996}}},
+                         "usage": {"input_tokens": 10}}
+    cmp = compare_results(a, b)
+    assert cmp["max_abs"] == pytest.approx(4e-4) and not cmp["mismatches"] and not cmp["layout"]
+    assert w1_agrees(a, b) == []
+    b["answers"]["q"]["choice"] = "y"
+    assert w1_agrees(a, b) and compare_results(a, b)["mismatches"]
