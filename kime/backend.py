@@ -78,7 +78,7 @@ def parse_precision(precision: Optional[str]) -> str:
 def _cuda_unavailable(ordinal: int) -> str:
     """Why device='cuda' cannot run here, in words."""
     try:
-        import cupy  # noqa: F401
+        import cupy  # noqa: F401  (whether it imports is the question)
     except Exception as e:  # ImportError, or a CuPy built for a CUDA that is not installed
         return ("device='cuda:%d' needs CuPy and a GPU; CuPy does not import here (%s). "
                 "Install it with `pip install kime[cuda]`, or use device='cpu'" % (ordinal, e))

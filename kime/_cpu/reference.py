@@ -9,7 +9,7 @@ bits whatever else is in the batch. NumPy has no erf, so the exact GELU comes fr
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple
+from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class ReferenceModel:
 
     def __init__(self, ck: Checkpoint):
         self.ck = ck
-        self.w: Dict[str, np.ndarray] = ck.weights
+        self.w: Mapping[str, np.ndarray] = ck.weights
         self.enc = ck.encoder
         self.n_act = ck.config.n_act
         self._rope: Dict[float, Tuple[np.ndarray, np.ndarray]] = {}

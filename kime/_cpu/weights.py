@@ -105,9 +105,12 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray]) -> List[Tuple[str,
         vec(q + "up.b", p + "mlp.Wi.bias")
         mat(q + "down", p + "mlp.Wo.weight")
         vec(q + "down.b", p + "mlp.Wo.bias")
+    def rope(name: str, theta: float, which: int) -> None:
+        out.append((name, lambda: _rope(ck, theta)[which]))
+
     for theta, kind in ((enc.global_theta, "global"), (enc.local_theta, "local")):
-        out.append(("rope.cos_" + kind, lambda t=theta: _rope(ck, t)[0]))
-        out.append(("rope.sin_" + kind, lambda t=theta: _rope(ck, t)[1]))
+        rope("rope.cos_" + kind, theta, 0)
+        rope("rope.sin_" + kind, theta, 1)
     vec("type_emb", "type_emb.weight")
     for j in range(ck.config.head_layers):
         p, q = "head.layers.%d." % j, "head.%d." % j
@@ -141,7 +144,7 @@ def _rope(ck: Checkpoint, theta: float) -> Tuple[np.ndarray, np.ndarray]:
     from .reference import rope_tables
 
     hd = ck.encoder.head_dim
-    cos, sin = rope_tables(int(spec_of(ck)["max_pos"]), hd, theta)  # type: ignore[arg-type]
+    cos, sin = rope_tables(max(MAX_POSITIONS, ck.config.max_len), hd, theta)
     return np.ascontiguousarray(cos[:, : hd // 2]), np.ascontiguousarray(sin[:, : hd // 2])
 
 
@@ -154,7 +157,7 @@ def _key(ck: Checkpoint, isa_name: str) -> str:
 def _checksum(mm: np.ndarray) -> int:
     crc = 0
     for start in range(0, mm.shape[0], SAMPLE_STRIDE):
-        crc = zlib.crc32(mm[start:start + SAMPLE_BYTES], crc)
+        crc = zlib.crc32(mm[start:start + SAMPLE_BYTES].data, crc)
     return crc
 
 
