@@ -9,6 +9,20 @@ import pytest
 from kime.testing import write_checkpoint
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _packed_cache(tmp_path_factory: pytest.TempPathFactory):
+    """Packed weights go to a temporary cache, never the user's ~/.cache/kime."""
+    import os
+
+    old = os.environ.get("KIME_CACHE")
+    os.environ["KIME_CACHE"] = str(tmp_path_factory.mktemp("kime-cache"))
+    yield
+    if old is None:
+        del os.environ["KIME_CACHE"]
+    else:
+        os.environ["KIME_CACHE"] = old
+
+
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", shape="tiny", seed=1)

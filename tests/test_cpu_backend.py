@@ -44,14 +44,8 @@ def _engine(path, monkeypatch=None, backend="compiled", **kw) -> kime.Kime:
             os.environ["KIME_CPU_BACKEND"] = old
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("KIME_CACHE", str(tmp_path_factory.getbasetemp() / "kime-cache"))
-
-
 @pytest.fixture(scope="module", params=sorted(DATA["checkpoints"]))
-def pair(request, tmp_path_factory):
-    os.environ["KIME_CACHE"] = str(tmp_path_factory.getbasetemp() / "kime-cache")
+def pair(request):
     path = GOLDENS / DATA["checkpoints"][request.param]["path"]
     return _engine(path, threads=2), _engine(path, backend="reference", threads=1)
 
