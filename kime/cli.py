@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import sys
 from typing import Any, List, Optional
 
@@ -57,6 +59,139 @@ def _decide(args: argparse.Namespace) -> int:
     return 0
 
 
+_DOCTOR_PACKAGES = ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl")
+
+
+def _version(package: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package.replace("_", "-"))
+    except metadata.PackageNotFoundError:
+        try:
+            return str(__import__(package).__version__)
+        except Exception:
+            return None
+
+
+def _doctor_report() -> dict:
+    from . import __version__
+    from .backend import cpu_count
+
+    report: dict = {
+        "kime": __version__,
+        "python": "%s (%s)" % (platform.python_version(), sys.executable),
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in _DOCTOR_PACKAGES},
+    }
+    cpu: dict = {"threads": cpu_count(), "kime_isa_env": os.environ.get("KIME_ISA")}
+    try:
+        from ._cpu import _forward, _ops
+
+        cpu["isa"] = _forward.isa_name(_forward.isa_detect())
+        cpu["openmp"] = bool(_ops.has_openmp())
+    except Exception as e:  # a broken build is what doctor is for: report it, don't die
+        cpu["isa"] = None
+        cpu["openmp"] = None
+        cpu["error"] = "%s: %s" % (type(e).__name__, e)
+    cpu["backend"] = os.environ.get("KIME_CPU_BACKEND", "compiled")
+    report["cpu"] = cpu
+    gpu: dict = {"cupy": None, "devices": 0}
+    try:
+        import cupy  # optional: kime never needs it
+
+        gpu["cupy"] = str(cupy.__version__)
+        gpu["devices"] = int(cupy.cuda.runtime.getDeviceCount())
+    except ImportError:
+        pass
+    except Exception as e:
+        gpu["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    report["gpu"] = gpu
+    from ._cpu.weights import cache_dir
+
+    caches: dict = {"packed": cache_dir(), "hf_hub": None,
+                    "hf_hub_offline": os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")}
+    try:
+        from huggingface_hub import constants
+
+        caches["hf_hub"] = constants.HF_HUB_CACHE
+        caches["hf_hub_offline"] = bool(constants.HF_HUB_OFFLINE)
+    except Exception:
+        pass
+    report["caches"] = caches
+    return report
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report = _doctor_report()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    cpu, gpu, caches = report["cpu"], report["gpu"], report["caches"]
+    lines = [("kime", report["kime"]), ("python", report["python"]),
+             ("platform", report["platform"])]
+    lines += [(name, version or "not installed") for name, version in report["packages"].items()]
+    isa = cpu["isa"] or "unavailable (%s)" % cpu.get("error")
+    if cpu["kime_isa_env"]:
+        isa += " (capped by KIME_ISA=%s)" % cpu["kime_isa_env"]
+    lines += [("cpu isa / kernels", isa),
+              ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
+              ("threads (threads=0)", cpu["threads"]),
+              ("cpu backend", cpu["backend"])]
+    if gpu["cupy"] is None:
+        lines.append(("cupy", "not installed" + (" (%s)" % gpu["error"] if "error" in gpu else "")))
+    else:
+        lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"],
+                                                  " (%s)" % gpu["error"] if "error" in gpu else "")))
+    lines += [("packed-weight cache", caches["packed"]),
+              ("hugging face cache", caches["hf_hub"] or "unknown"),
+              ("HF_HUB_OFFLINE", "yes" if caches["hf_hub_offline"] else "no")]
+    width = max(len(key) for key, _ in lines) + 1
+    for key, value in lines:
+        print("%-*s  %s" % (width, key + ":", value))
+    return 0
+
+
+def _pull(args: argparse.Namespace) -> int:
+    from .hub import pull
+
+    directory = pull(args.name, revision=args.revision, token=args.token)
+    print(directory)
+    return 0
+
+
+def _size(n: int) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return ("%d %s" % (n, unit)) if unit == "bytes" else ("%.1f %s" % (n, unit))
+        n /= 1024  # type: ignore[assignment]
+    return str(n)  # pragma: no cover
+
+
+def _convert(args: argparse.Namespace) -> int:
+    from .engine import Kime
+    from ._cpu.weights import _key, cache_dir
+
+    engine = Kime(args.model, device=args.device, threads=args.threads)
+    backend: Any = engine._backend  # the compiled CPU backend has isa_name and weights_from
+    how = getattr(backend, "weights_from", None)
+    if how is None:
+        raise Unsupported("the %s backend keeps no packed weights to convert (unset "
+                          "KIME_CPU_BACKEND to use the compiled one)" % backend.describe())
+    path = os.path.join(cache_dir(), _key(engine._ck, backend.isa_name) + ".kpack")
+    if not os.path.isfile(path):
+        raise OSError("packed the weights for %s, but could not write the cache file %s "
+                      "(is the directory writable? set KIME_CACHE to move it)"
+                      % (backend.isa_name, path))
+    print("model:  %s (%s)" % (args.model, engine._ck.path))
+    print("isa:    %s" % backend.isa_name)
+    print("cache:  %s" % path)
+    print("size:   %s (%d bytes)" % (_size(os.path.getsize(path)), os.path.getsize(path)))
+    print("status: %s" % ("built now" if how == "packed" else "already cached"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kime", description="Laya's decision models without "
                                      "PyTorch: typed questions about a state, calibrated answers.")
@@ -81,6 +216,33 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--head-max-len", type=int, default=None, help="override head_max_len")
     d.add_argument("--compact", action="store_true", help="print JSON on one line")
     d.set_defaults(run=_decide)
+
+    doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
+                         description="Print kime's and its dependencies' versions, the ISA kime's "
+                         "kernels use on this CPU (capped by KIME_ISA), OpenMP, the default "
+                         "thread count, CuPy and GPUs if present, and the cache directories.")
+    doc.add_argument("--json", action="store_true", help="print the report as JSON")
+    doc.set_defaults(run=_doctor)
+
+    p = sub.add_parser("pull", help="download a model into the Hugging Face cache",
+                       description="Download the checkpoint a model name points at (an alias, "
+                       "hf://org/repo[/sub] or org/repo) into the Hugging Face cache, then print "
+                       "its local directory. Only the checkpoint's files are fetched.")
+    p.add_argument("name", help="alias, hf://org/repo[/sub], or org/repo")
+    p.add_argument("--revision", default=None, help="branch, tag or commit (default: main)")
+    p.add_argument("--token", default=None, help="Hugging Face token (default: $HF_TOKEN or the "
+                   "saved login)")
+    p.set_defaults(run=_pull)
+
+    c = sub.add_parser("convert", help="pack a model's weights for this CPU ahead of time",
+                       description="Load a model so the CPU backend packs its weights for this "
+                       "machine's ISA and writes the packed cache ($KIME_CACHE, else "
+                       "~/.cache/kime); print the cache file, its size, and whether it was "
+                       "built now or already there.")
+    c.add_argument("model", help="alias, hf://org/repo[/sub], org/repo or a checkpoint directory")
+    c.add_argument("--device", default="cpu", help="cpu (default) or auto")
+    c.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
+    c.set_defaults(run=_convert)
     return parser
 
 

@@ -1,4 +1,6 @@
-"""Model name, alias, `hf://` reference or path -> a local checkpoint directory. Never downloads.
+"""Model name, alias, `hf://` reference or path -> a local checkpoint directory.
+
+Loading never downloads; `pull` (behind `kime pull`) is the one function here that does.
 
 The spellings are Laya 0.4.15's (`laya/router.py` names and aliases, `laya/agent.py::load` and
 `_is_local_checkpoint_arg` for telling a path from a name), so a string that loads a checkpoint in
@@ -135,7 +137,7 @@ def _from_cache(source: Source, cache_dir: str | os.PathLike[str] | None) -> Pat
     try:
         snapshot = snapshot_download(
             repo,
-            allow_patterns=[prefix + pattern for pattern in CHECKPOINT_PATTERNS],
+            allow_patterns=allow_patterns(source.subfolder),
             local_files_only=True,
             cache_dir=cache,
         )
@@ -152,6 +154,59 @@ def _from_cache(source: Source, cache_dir: str | os.PathLike[str] | None) -> Pat
         reason = f"its snapshot {snapshot} has no {prefix}{CONFIG_FILE}"
         raise ModelNotFound(_missing_message(source, cache, reason, cache_dir))
     return directory
+
+
+def allow_patterns(subfolder: str | None) -> list[str]:
+    """The files Laya downloads for a checkpoint in `subfolder` of a repo (None: the root)."""
+    prefix = f"{subfolder}/" if subfolder else ""
+    return [prefix + pattern for pattern in CHECKPOINT_PATTERNS]
+
+
+def pull(name: str, revision: str | None = None, token: str | None = None) -> Path:
+    """Download `name`'s checkpoint into huggingface_hub's cache; returns its local directory.
+
+    Only the checkpoint's files are fetched (`allow_patterns`), with huggingface_hub's own
+    progress bars. `token` defaults to $HF_TOKEN. A local path has nothing to pull; a failure
+    (no network, HF_HUB_OFFLINE=1 and no cached copy, an unknown repo or revision) raises
+    ModelNotFound naming the repo.
+    """
+    source = locate(name)
+    if source.path is not None:
+        raise ModelNotFound(
+            f"model {source.name!r} is the local directory {source.path}: there is nothing to pull"
+        )
+    import huggingface_hub  # slow to import; looked up at call time so tests can patch it
+
+    repo = source.repo or BUNDLE_REPO
+    token = token or os.environ.get("HF_TOKEN") or None
+    what = f"{source.describe()}" + (f" at revision {revision!r}" if revision else "")
+    try:
+        snapshot = huggingface_hub.snapshot_download(
+            repo, allow_patterns=allow_patterns(source.subfolder), revision=revision, token=token,
+        )
+    except Exception as err:  # network, auth, offline and not-found errors differ by version
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        reason = f"{type(err).__name__}" + (f": {detail}" if detail else "")
+        if _offline() and "HF_HUB_OFFLINE" not in reason:
+            reason += " (HF_HUB_OFFLINE is set: unset it to download)"
+        raise ModelNotFound(f"cannot pull model {source.name!r} ({what}): {reason}") from err
+    prefix = f"{source.subfolder}/" if source.subfolder else ""
+    directory = Path(snapshot) / prefix
+    if not (directory / CONFIG_FILE).is_file():
+        raise ModelNotFound(
+            f"pulled model {source.name!r} ({what}), but its snapshot {snapshot} has no "
+            f"{prefix}{CONFIG_FILE}: it is not a Laya checkpoint"
+        )
+    return directory
+
+
+def _offline() -> bool:
+    try:
+        from huggingface_hub import constants
+
+        return bool(constants.HF_HUB_OFFLINE)
+    except Exception:  # pragma: no cover - huggingface_hub is a dependency
+        return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _missing_message(source: Source, cache: str, reason: str,

@@ -417,7 +417,9 @@ static void run(const job *j, int t, int nt)
     const gemm_impl *im = j->im;
     const int mr = im->mr, K = j->K, mc = block_rows(im, K);
     int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
-    if ((j->M + mr - 1) / mr >= 4 * nt) { /* enough tiles: split rows, each thread packs less A */
+    /* Enough tiles: split rows, so each thread packs less A. Fewer (a short request) split the
+     * panels instead: each thread then streams half the weights and the halves stay even. */
+    if ((j->M + mr - 1) / mr >= 16 * nt) {
         r0 = split_rows(j->M, mr, t, nt);
         r1 = split_rows(j->M, mr, t + 1, nt);
     } else {

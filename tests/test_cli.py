@@ -1,0 +1,188 @@
+"""The `kime` command line: --help everywhere, doctor, pull (Hub patched out) and convert."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from kime import cli
+
+TINY = Path(__file__).parent / "goldens" / "checkpoints" / "tiny"
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the tiny checkpoint's temperatures
+        code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv", [[], ["decide"], ["doctor"], ["pull"], ["convert"]])
+def test_help_exits_zero(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv + ["--help"])
+    assert exc.value.code == 0
+    assert "usage: kime" in capsys.readouterr().out
+
+
+def test_top_level_help_lists_commands(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    for command in ("decide", "doctor", "pull", "convert"):
+        assert command in out
+
+
+def test_doctor_text(capsys):
+    code, out, err = run(capsys, "doctor")
+    assert code == 0 and err == ""
+    for key in ("kime:", "numpy:", "cpu isa / kernels:", "openmp:", "packed-weight cache:",
+                "hugging face cache:", "HF_HUB_OFFLINE:"):
+        assert key in out
+
+
+def test_doctor_json(capsys, monkeypatch, tmp_path):
+    import kime
+    from kime._cpu import _forward
+
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    code, out, _ = run(capsys, "doctor", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["kime"] == kime.__version__
+    assert report["cpu"]["isa"] == _forward.isa_name(_forward.isa_detect())
+    assert report["cpu"]["isa"] in ("portable", "avx2", "avx512")
+    assert isinstance(report["cpu"]["openmp"], bool)
+    assert report["cpu"]["threads"] >= 1
+    for name in ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl"):
+        assert report["packages"][name]
+    assert report["caches"]["packed"] == str(tmp_path / "packed")
+    assert report["caches"]["hf_hub"]
+    assert set(report["gpu"]) >= {"cupy", "devices"}
+
+
+def test_doctor_honours_kime_isa(capsys, monkeypatch):
+    monkeypatch.setenv("KIME_ISA", "portable")
+    code, out, _ = run(capsys, "doctor", "--json")
+    assert code == 0
+    assert json.loads(out)["cpu"]["isa"] == "portable"
+
+
+class FakeDownload:
+    """Stands in for huggingface_hub.snapshot_download: records the call, writes a snapshot."""
+
+    def __init__(self, root: Path, fail: Exception | None = None):
+        self.root, self.fail, self.calls = root, fail, []
+
+    def __call__(self, repo_id, **kwargs):
+        self.calls.append((repo_id, kwargs))
+        if self.fail is not None:
+            raise self.fail
+        snapshot = self.root / repo_id.replace("/", "--")
+        for pattern in kwargs["allow_patterns"]:
+            if pattern.endswith("rl_agent_config.json"):
+                (snapshot / pattern).parent.mkdir(parents=True, exist_ok=True)
+                (snapshot / pattern).write_text("{}")
+        return str(snapshot)
+
+
+@pytest.fixture
+def fake_download(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    fake = FakeDownload(tmp_path / "snapshots")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    return fake
+
+
+def test_pull_root(capsys, fake_download):
+    code, out, err = run(capsys, "pull", "laya")
+    assert code == 0, err
+    [(repo, kwargs)] = fake_download.calls
+    assert repo == "convaiinnovations/laya"
+    assert kwargs["allow_patterns"] == ["rl_agent_config.json", "model.safetensors",
+                                        "tokenizer/*", "encoder/*"]
+    assert kwargs["revision"] is None and kwargs["token"] is None
+    assert Path(out.strip()) == fake_download.root / "convaiinnovations--laya"
+
+
+def test_pull_subfolder_revision_token(capsys, fake_download, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf_env")
+    code, out, err = run(capsys, "pull", "multi", "--revision", "v1")
+    assert code == 0, err
+    [(repo, kwargs)] = fake_download.calls
+    assert repo == "convaiinnovations/laya"
+    assert kwargs["allow_patterns"] == ["multilingual/rl_agent_config.json",
+                                        "multilingual/model.safetensors",
+                                        "multilingual/tokenizer/*", "multilingual/encoder/*"]
+    assert kwargs["revision"] == "v1" and kwargs["token"] == "hf_env"
+    printed = Path(out.strip())
+    assert printed == fake_download.root / "convaiinnovations--laya" / "multilingual"
+    assert (printed / "rl_agent_config.json").is_file()
+
+    run(capsys, "pull", "hf://org/repo/a/b", "--token", "hf_flag")
+    repo, kwargs = fake_download.calls[-1]
+    assert repo == "org/repo" and kwargs["token"] == "hf_flag"
+    assert kwargs["allow_patterns"][0] == "a/b/rl_agent_config.json"
+
+
+def test_pull_failure_is_one_line_exit_3(capsys, fake_download):
+    fake_download.fail = OSError("Network is unreachable\nmore detail")
+    code, out, err = run(capsys, "pull", "org/missing")
+    assert code == 3 and out == ""
+    assert err.count("\n") == 1 and "org/missing" in err and "Traceback" not in err
+
+
+def test_pull_local_path_has_nothing_to_pull(capsys, fake_download):
+    code, _, err = run(capsys, "pull", str(TINY))
+    assert code == 3 and "nothing to pull" in err and err.count("\n") == 1
+    assert fake_download.calls == []
+
+
+def test_pull_unknown_name(capsys, fake_download):
+    code, _, err = run(capsys, "pull", "no-such-model")
+    assert code == 3 and err.count("\n") == 1 and fake_download.calls == []
+
+
+def test_convert_builds_then_reuses(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    monkeypatch.delenv("KIME_CPU_BACKEND", raising=False)
+    code, out, err = run(capsys, "convert", str(TINY), "--threads", "1")
+    assert code == 0, err
+    assert "status: built now" in out
+    [cache_line] = [line for line in out.splitlines() if line.startswith("cache:")]
+    path = Path(cache_line.split(":", 1)[1].strip())
+    assert path.parent == tmp_path / "packed" and path.suffix == ".kpack" and path.is_file()
+    assert str(path.stat().st_size) in out
+
+    code, out, err = run(capsys, "convert", str(TINY), "--threads", "1")
+    assert code == 0, err
+    assert "status: already cached" in out and str(path) in out
+
+
+def test_convert_unknown_model_exits_3(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    code, out, err = run(capsys, "convert", "no-such-model")
+    assert code == 3 and out == ""
+    assert err.count("\n") == 1 and err.startswith("kime: error:") and "no-such-model" in err
+
+
+def test_convert_verbose_raises(monkeypatch, tmp_path):
+    from kime.errors import ModelNotFound
+
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    with pytest.raises(ModelNotFound):
+        cli.main(["--verbose", "convert", "no-such-model"])
+
+
+def test_entry_point_help():
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "kime.cli", "--help"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and "doctor" in proc.stdout
