@@ -9,6 +9,7 @@ batch, so splitting and merging requests never changes an answer.
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from dataclasses import dataclass
@@ -23,8 +24,9 @@ from .batch import Batch
 from .buckets import split
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import InvalidArgument, Problem, TooLong, problem
+from .cache import LRU
 from .layout import Head, Row, build_head, build_row, fitting_markers
-from .render import Question, State, serialize_state
+from .render import Question, State, render_options, serialize_state
 from .request import Request, check_questions, raise_if
 
 RequestLike = Union[Request, Mapping[str, Any]]
@@ -56,11 +58,18 @@ class Kime:
     `hf://org/repo[/subfolder]` reference, a Hub repo id or a checkpoint directory; names are
     looked up offline in the Hugging Face cache. `precision` is `f16` (default), `f32` or `int8`;
     on the CPU both float settings compute in FP32. `threads=0` uses every core.
+
+    `answer_cache` bounds the rows whose raw outputs are kept (keyed by the row's token ids,
+    markers and question type, so a hit is exactly what a forward pass would give) and
+    `token_cache` the question heads kept laid out; 0 switches either off, and `cache=False`
+    switches both off for one call.
     """
 
     def __init__(self, model: str, device: str = "auto", precision: str = "f16", threads: int = 0,
-                 preload: bool = False):
+                 preload: bool = False, answer_cache: int = 4096, token_cache: int = 1024):
         check_options(device, precision, threads)
+        self._answers: LRU[Tuple[np.ndarray, np.ndarray]] = LRU(answer_cache)
+        self._heads: LRU[Head] = LRU(token_cache)
         self.model_id: str = str(model)
         path = hub.resolve(self.model_id)
         self._ck: Checkpoint = load_checkpoint(str(path))
@@ -103,24 +112,26 @@ class Kime:
 
     # --- answering --------------------------------------------------------------------------
 
-    def decide(self, request: RequestLike) -> Response:
+    def decide(self, request: RequestLike, cache: bool = True) -> Response:
         """Answer one request. Raises `InvalidRequest` listing every problem."""
-        return self.decide_batch([request])[0]
+        return self.decide_batch([request], cache=cache)[0]
 
-    def decide_batch(self, requests: Sequence[RequestLike]) -> List[Response]:
+    def decide_batch(self, requests: Sequence[RequestLike], cache: bool = True) -> List[Response]:
         """Answer many requests, packing all their questions into as few backend calls as fit.
         One bad request fails the whole call, with every problem located by request index."""
-        return self.decide_batch_timed(requests)[0]
+        return self.decide_batch_timed(requests, cache=cache)[0]
 
-    def decide_batch_timed(self, requests: Sequence[RequestLike]) -> Tuple[List[Response], Timing]:
+    def decide_batch_timed(self, requests: Sequence[RequestLike],
+                           cache: bool = True) -> Tuple[List[Response], Timing]:
         """`decide_batch`, and where the time went."""
         t0 = time.perf_counter()
         reqs = [_as_request(r, i if len(requests) > 1 else None) for i, r in enumerate(requests)]
         questions = self._validated(reqs, indexed=len(reqs) > 1)
-        jobs = self._lay_out(reqs, questions, indexed=len(reqs) > 1)
+        jobs = self._lay_out(reqs, questions, indexed=len(reqs) > 1, cache=cache)
         t1 = time.perf_counter()
         outputs, batches = self._run([row for job in jobs for row in job.rows],
-                                     [q.type_index for job in jobs for q in job.questions])
+                                     [q.type_index for job in jobs for q in job.questions],
+                                     cache=cache)
         t2 = time.perf_counter()
         responses = []
         at = 0
@@ -132,12 +143,20 @@ class Kime:
                         truncated=sum(1 for c in cut if c > 0), cut_tokens=sum(cut))
         return responses, timing
 
-    async def decide_async(self, request: RequestLike) -> Response:
+    async def decide_async(self, request: RequestLike, cache: bool = True) -> Response:
         """`decide` on a worker thread, so an asyncio loop keeps serving while it runs."""
         import asyncio  # here, not at import: it costs a third of `import kime`
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.decide, request)
+        return await loop.run_in_executor(None, self.decide, request, cache)
+
+    def cache_stats(self) -> Dict[str, Dict[str, float]]:
+        """Size, capacity, hits, misses and hit ratio of the answer and token caches."""
+        return {"answers": self._answers.stats(), "tokens": self._heads.stats()}
+
+    def clear_caches(self) -> None:
+        self._answers.clear()
+        self._heads.clear()
 
     # --- the steps --------------------------------------------------------------------------
 
@@ -165,9 +184,10 @@ class Kime:
         return out
 
     def heads(self, questions: Iterable[Question], head_max_len: int, max_len: int,
-              loc: Sequence[Any] = ()) -> List[Head]:
+              loc: Sequence[Any] = (), cache: bool = True) -> List[Head]:
         """Each question's head; raises `TooLong` naming every question whose markers do not fit."""
-        heads = [build_head(self._tok, q, head_max_len) for q in questions]
+        questions = list(questions)
+        heads = [self._head(q, head_max_len, cache) for q in questions]
         problems = []
         for q, head in zip(questions, heads):
             fit = fitting_markers(head, max_len)
@@ -182,6 +202,17 @@ class Kime:
             raise TooLong(problems)
         return heads
 
+    def _head(self, q: Question, head_max_len: int, cache: bool) -> Head:
+        """A question's head, from the token cache when its rendering was laid out before."""
+        if not cache:
+            return build_head(self._tok, q, head_max_len)
+        key = (q.qtype, q.instructions, tuple(render_options(q)), q.order, head_max_len)
+        head = self._heads.get(key)
+        if head is None:
+            head = build_head(self._tok, q, head_max_len)
+            self._heads.put(key, head)
+        return head
+
     def _state_ids(self, state: State, loc: Sequence[Any]) -> List[int]:
         """The state's ids, tokenized once for all its questions (mask text blanked)."""
         try:
@@ -192,7 +223,7 @@ class Kime:
         return self._tok.encode(text.replace(self._tok.mask_text, " "))
 
     def _lay_out(self, reqs: Sequence[Request], questions: Sequence[List[Question]],
-                 indexed: bool = False) -> List[_Job]:
+                 indexed: bool = False, cache: bool = True) -> List[_Job]:
         cfg = self._ck.config
         jobs = []
         head_cache: Dict[Tuple[int, int], List[Head]] = {}
@@ -207,7 +238,7 @@ class Kime:
             key = (id(req.questions), head_max_len, max_len)
             heads = head_cache.get(key)  # type: ignore[arg-type]
             if heads is None:
-                heads = self.heads(qs, head_max_len, max_len, loc)
+                heads = self.heads(qs, head_max_len, max_len, loc, cache=cache)
                 head_cache[key] = heads  # type: ignore[index]
             state_ids = self._state_ids(req.state, loc + ["state"])
             keep_end = isinstance(req.state, list)
@@ -215,20 +246,37 @@ class Kime:
             jobs.append(_Job(qs, rows, heads))
         return jobs
 
-    def _run(self, rows: Sequence[Row], qtypes: Sequence[int]) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
-        """Run rows in batches that fit the largest bucket; (logits, act) per row, and the
-        number of batches. Outputs are copied out under the lock: a backend reuses its buffers."""
-        results: List[Tuple[np.ndarray, np.ndarray]] = []
-        batches = split([len(r.ids) for r in rows])
+    def _run(self, rows: Sequence[Row], qtypes: Sequence[int],
+             cache: bool = True) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
+        """(logits, act) per row, and the number of backend batches it took. Rows found in the
+        answer cache are not run; the rest run in batches that fit the largest bucket, and their
+        outputs are copied out under the lock, because a backend reuses its buffers."""
+        results: List[Optional[Tuple[np.ndarray, np.ndarray]]] = [None] * len(rows)
+        keys: List[bytes] = []
+        todo: List[int] = list(range(len(rows)))
+        if cache and self._answers.capacity:
+            keys = [_row_key(r, qt) for r, qt in zip(rows, qtypes)]
+            todo = []
+            for i, key in enumerate(keys):
+                hit = self._answers.get(key)
+                if hit is None:
+                    todo.append(i)
+                else:
+                    results[i] = (hit[0].copy(), hit[1].copy())
+        batches = split([len(rows[i].ids) for i in todo])
         for part in batches:
-            batch = Batch.pack([rows[i].ids for i in part], [rows[i].markers for i in part],
-                               [qtypes[i] for i in part])
+            index = [todo[j] for j in part]
+            batch = Batch.pack([rows[i].ids for i in index], [rows[i].markers for i in index],
+                               [qtypes[i] for i in index])
             with self._lock:
                 out = self._backend.run(batch)
                 logits, act = out.logits.copy(), out.act.copy()
-            for r in range(len(part)):
-                results.append((logits[batch.mcu[r]:batch.mcu[r + 1]], act[r]))
-        return results, len(batches)
+            for r, i in enumerate(index):
+                row_logits = logits[batch.mcu[r]:batch.mcu[r + 1]]
+                results[i] = (row_logits, act[r])
+                if keys:
+                    self._answers.put(keys[i], (_frozen(row_logits), _frozen(act[r])))
+        return [r for r in results if r is not None], len(batches)
 
     def _respond(self, job: _Job, outputs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Response:
         answers = {}
@@ -249,6 +297,22 @@ class Kime:
         """The rows a request becomes (ids and markers), for inspection and tests."""
         req = _as_request(request)
         return self._lay_out([req], self._validated([req]))[0].rows
+
+
+def _row_key(row: Row, qtype: int) -> bytes:
+    """What determines a row's outputs: its ids, its markers and its question type."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(np.asarray(row.ids, dtype=np.int32).tobytes())
+    h.update(b"|")
+    h.update(np.asarray(row.markers, dtype=np.int32).tobytes())
+    h.update(bytes([qtype]))
+    return h.digest()
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a.flags.writeable = False
+    return a
 
 
 def _as_request(r: Any, index: Optional[int] = None) -> Request:

@@ -65,7 +65,7 @@ def test_compiled_matches_reference(pair):
     compiled, reference = pair
     worst_logit = worst_prob = 0.0
     for req in _requests(0):
-        a, b = compiled.decide(req), reference.decide(req)
+        a, b = compiled.decide(req, cache=False), reference.decide(req, cache=False)
         for qid in req["questions"]:
             worst_logit = max(worst_logit, float(np.abs(a[qid].logits - b[qid].logits).max()))
             worst_prob = max(worst_prob, float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
@@ -77,12 +77,12 @@ def test_bits_identical_across_threads_and_batches(pair, tmp_path):
     compiled = pair[0]
     one = _engine(compiled.checkpoint.path, threads=1)
     reqs = _requests(1, 16)
-    alone = [one.decide(r) for r in reqs]
+    alone = [one.decide(r, cache=False) for r in reqs]
     rng = random.Random(2)
     for _ in range(3):
         order = list(range(len(reqs)))
         rng.shuffle(order)
-        together = compiled.decide_batch([reqs[i] for i in order])
+        together = compiled.decide_batch([reqs[i] for i in order], cache=False)
         for i, response in zip(order, together):
             for qid in reqs[i]["questions"]:
                 assert response[qid].logits.tobytes() == alone[i][qid].logits.tobytes()
@@ -207,8 +207,8 @@ def test_golden_rows_compiled_against_reference(pair):
         if not rows:
             continue
         qtypes = [kime.render.QTYPES[qt] for _, qt in rows]
-        got, _ = compiled._run([r for r, _ in rows], qtypes)
-        want, _ = reference._run([r for r, _ in rows], qtypes)
+        got, _ = compiled._run([r for r, _ in rows], qtypes, cache=False)
+        want, _ = reference._run([r for r, _ in rows], qtypes, cache=False)
         for (gl, ga), (wl, wa) in zip(got, want):
             np.testing.assert_allclose(gl, wl, rtol=0, atol=LOGIT_TOL, err_msg=case["id"])
             np.testing.assert_allclose(ga, wa, rtol=0, atol=PROB_TOL, err_msg=case["id"])

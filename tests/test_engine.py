@@ -48,7 +48,7 @@ def test_option_order_is_undone_in_logits_and_probabilities(engine):
     rows_ordered = engine.rows_for({"state": STATE, "questions": ordered})
     assert rows_plain[0].ids != rows_ordered[0].ids
     answer = engine.decide({"state": STATE, "questions": ordered}).answers["q"]
-    slot_logits = engine._run(rows_ordered, [0])[0][0][0]
+    slot_logits = engine._run(rows_ordered, [0], cache=False)[0][0][0]
     # The logit in slot s belongs to option order[s].
     np.testing.assert_array_equal(answer.logits[[2, 0, 1]], slot_logits)
     assert answer.value == ["a", "b", "c"][int(np.argmax(answer.probabilities))]
@@ -58,11 +58,12 @@ def test_batch_invariance(engine):
     """A request's raw logits are the same bits alone and inside any batch."""
     rng = random.Random(3)
     states = [STATE * rng.randint(1, 6) for _ in range(7)] + [{"k": "v"}, ["turn 1", "turn 2"], ""]
-    alone = [engine.decide({"state": s, "questions": QUESTIONS}) for s in states]
+    alone = [engine.decide({"state": s, "questions": QUESTIONS}, cache=False) for s in states]
     for _ in range(3):
         order = list(range(len(states)))
         rng.shuffle(order)
-        together = engine.decide_batch([{"state": states[i], "questions": QUESTIONS} for i in order])
+        together = engine.decide_batch([{"state": states[i], "questions": QUESTIONS} for i in order],
+                                       cache=False)
         for i, response in zip(order, together):
             for qid in QUESTIONS:
                 np.testing.assert_array_equal(response.answers[qid].logits, alone[i].answers[qid].logits)
@@ -78,7 +79,7 @@ def test_predict_batch_equals_predict_each_with_and_without_batch_size(agent):
 
 def test_timed_and_async(engine):
     reqs = [{"state": STATE * n, "questions": QUESTIONS} for n in (1, 20)]
-    responses, timing = engine.decide_batch_timed(reqs)
+    responses, timing = engine.decide_batch_timed(reqs, cache=False)
     assert timing.batches >= 1 and timing.tokenize >= 0 and timing.device > 0
     assert timing.truncated == sum(len(r.usage.truncated_questions) for r in responses) > 0
     result = asyncio.run(engine.decide_async(reqs[0]))

@@ -117,7 +117,7 @@ def test_case(agents, case):
         assert kime.render.QTYPES[qtype] == want["qtype"]
     if rows:
         outputs, _ = agent.engine._run([r for r, _ in rows],
-                                       [kime.render.QTYPES[qt] for _, qt in rows])
+                                       [kime.render.QTYPES[qt] for _, qt in rows], cache=False)
         for (logits, act), want in zip(outputs, case["rows"]):
             np.testing.assert_allclose(logits, want["logits"], rtol=0, atol=LOGITS)
             np.testing.assert_allclose(act, want["act"], rtol=0, atol=ACT)
