@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from concurrent.futures import Future
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -21,13 +22,14 @@ from . import hub
 from .answers import Response, Temperatures, Usage, make_answer
 from .backend import Memory, check_options, open_backend
 from .batch import Batch
-from .buckets import split
+from .buckets import BUCKETS, split
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import InvalidArgument, Problem, TooLong, problem
 from .cache import LRU
 from .layout import Head, Row, build_head, build_row, fitting_markers
 from .render import Question, State, render_options, serialize_state
 from .request import Request, check_questions, raise_if
+from .scheduler import Scheduler
 
 RequestLike = Union[Request, Mapping[str, Any]]
 
@@ -80,6 +82,7 @@ class Kime:
         self._tok = self._ck.tokenizer
         self._backend = open_backend(self._ck, device, precision, threads, preload=bool(preload))
         self._lock = threading.Lock()
+        self.scheduler = Scheduler(self._run, budget=BUCKETS[-1])
 
     # --- facts about the engine -------------------------------------------------------------
 
@@ -125,30 +128,62 @@ class Kime:
                            cache: bool = True) -> Tuple[List[Response], Timing]:
         """`decide_batch`, and where the time went."""
         t0 = time.perf_counter()
+        jobs = self._prepare(requests, cache)
+        t1 = time.perf_counter()
+        outputs, batches = self._submit(jobs, cache).result()
+        t2 = time.perf_counter()
+        return self._responses(jobs, outputs), self._timing(jobs, t1 - t0, t2 - t1, batches)
+
+    def _prepare(self, requests: Sequence[RequestLike], cache: bool) -> List["_Job"]:
+        """Validate and lay out, on the caller's thread."""
         reqs = [_as_request(r, i if len(requests) > 1 else None) for i, r in enumerate(requests)]
         questions = self._validated(reqs, indexed=len(reqs) > 1)
-        jobs = self._lay_out(reqs, questions, indexed=len(reqs) > 1, cache=cache)
-        t1 = time.perf_counter()
-        outputs, batches = self._run([row for job in jobs for row in job.rows],
-                                     [q.type_index for job in jobs for q in job.questions],
-                                     cache=cache)
-        t2 = time.perf_counter()
+        return self._lay_out(reqs, questions, indexed=len(reqs) > 1, cache=cache)
+
+    def _submit(self, jobs: Sequence["_Job"], cache: bool) -> "Future[Tuple[List[Tuple[np.ndarray, np.ndarray]], int]]":
+        """Hand the rows to the scheduler (nothing to run: an already finished future)."""
+        rows = [row for job in jobs for row in job.rows]
+        if not rows:
+            done: "Future[Tuple[List[Tuple[np.ndarray, np.ndarray]], int]]" = Future()
+            done.set_result(([], 0))
+            return done
+        return self.scheduler.submit(rows, [q.type_index for job in jobs for q in job.questions],
+                                     cache)
+
+    def _responses(self, jobs: Sequence["_Job"], outputs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> List[Response]:
         responses = []
         at = 0
         for job in jobs:
             responses.append(self._respond(job, outputs[at:at + len(job.rows)]))
             at += len(job.rows)
+        return responses
+
+    @staticmethod
+    def _timing(jobs: Sequence["_Job"], tokenize: float, device: float, batches: int) -> Timing:
         cut = [r.state_tokens_dropped for job in jobs for r in job.rows]
-        timing = Timing(tokenize=t1 - t0, device=t2 - t1, batches=batches,
-                        truncated=sum(1 for c in cut if c > 0), cut_tokens=sum(cut))
-        return responses, timing
+        return Timing(tokenize=tokenize, device=device, batches=batches,
+                      truncated=sum(1 for c in cut if c > 0), cut_tokens=sum(cut))
 
     async def decide_async(self, request: RequestLike, cache: bool = True) -> Response:
-        """`decide` on a worker thread, so an asyncio loop keeps serving while it runs."""
+        """`decide` for asyncio: the layout runs on a worker thread and the forward pass on the
+        scheduler's, so the loop never blocks. Cancelling the task before its rows reach the
+        device drops them without a forward pass."""
         import asyncio  # here, not at import: it costs a third of `import kime`
 
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, self.decide, request, cache)
+        jobs = await loop.run_in_executor(None, self._prepare, [request], cache)
+        outputs, _ = await asyncio.wrap_future(self._submit(jobs, cache))
+        return self._responses(jobs, outputs)[0]
+
+    def close(self) -> None:
+        """Finish queued work and stop the scheduler's thread. The engine can be used again."""
+        self.scheduler.close()
+
+    def __enter__(self) -> "Kime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def cache_stats(self) -> Dict[str, Dict[str, float]]:
         """Size, capacity, hits, misses and hit ratio of the answer and token caches."""

@@ -1,0 +1,123 @@
+"""One thread per engine that merges the rows of every caller into shared backend batches.
+
+Callers (threads, `decide_async`, later the HTTP server) lay their requests out on their own
+threads and hand the rows here. When the device is idle a submission runs at once, alone: there
+is no waiting window. While a batch runs, new submissions queue, and the next batch takes every
+queued submission that fits the token budget; a submission larger than the budget runs alone
+instead of blocking the queue. A submission whose caller went away (its future was cancelled)
+before its turn is dropped without a forward pass. Rows' outputs do not depend on their batch,
+so every caller gets exactly the answers it would get alone.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .layout import Row
+
+RowOutputs = List[Tuple[np.ndarray, np.ndarray]]
+Runner = Callable[[Sequence[Row], Sequence[int], bool], Tuple[RowOutputs, int]]
+
+
+@dataclass
+class Work:
+    rows: Sequence[Row]
+    qtypes: Sequence[int]
+    cache: bool
+    future: "Future[Tuple[RowOutputs, int]]" = field(default_factory=Future)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(r.ids) for r in self.rows)
+
+
+class Scheduler:
+    """Runs `runner(rows, qtypes, cache)` on its own thread over merged submissions."""
+
+    def __init__(self, runner: Runner, budget: int):
+        self._runner = runner
+        self.budget = budget
+        self._queue: "queue.Queue[Optional[Work]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._held: Optional[Work] = None  # a submission that did not fit: it leads the next batch
+        self._start_lock = threading.Lock()
+        self.batches = 0
+        self.merged = 0
+        self.dropped = 0
+
+    def submit(self, rows: Sequence[Row], qtypes: Sequence[int], cache: bool = True) -> "Future[Tuple[RowOutputs, int]]":
+        """Queue rows; the future gives (outputs per row, backend batches of the merged run)."""
+        work = Work(rows, qtypes, cache)
+        self._ensure_thread()
+        self._queue.put(work)
+        return work.future
+
+    def depth(self) -> int:
+        """Submissions waiting for the device."""
+        return self._queue.qsize() + (1 if self._held else 0)
+
+    def close(self) -> None:
+        """Finish what is queued, then stop the thread."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None:
+            with self._start_lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._loop, name="kime-scheduler",
+                                                    daemon=True)
+                    self._thread.start()
+
+    def _take(self, first: Work) -> Tuple[List[Work], bool]:
+        """`first` plus every queued submission that fits beside it; and whether to stop after."""
+        taken, tokens = [first], first.tokens
+        while tokens < self.budget:
+            try:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if nxt is None:
+                return taken, True
+            if tokens + nxt.tokens > self.budget or nxt.cache != first.cache:
+                self._held = nxt  # keeps its place: it leads the next batch
+                break
+            taken.append(nxt)
+            tokens += nxt.tokens
+        return taken, False
+
+    def _loop(self) -> None:
+        while True:
+            first, self._held = (self._held, None) if self._held else (self._queue.get(), None)
+            if first is None:
+                return
+            batch, stop = self._take(first)
+            live = [w for w in batch if w.future.set_running_or_notify_cancel()]
+            self.dropped += len(batch) - len(live)
+            if live:
+                self._run(live)
+            if stop:
+                return
+
+    def _run(self, works: List[Work]) -> None:
+        rows = [r for w in works for r in w.rows]
+        qtypes = [q for w in works for q in w.qtypes]
+        try:
+            outputs, batches = self._runner(rows, qtypes, works[0].cache)
+        except BaseException as e:  # every caller of the merged batch hears about it
+            for w in works:
+                w.future.set_exception(e)
+            return
+        self.batches += batches
+        self.merged += len(works) - 1
+        at = 0
+        for w in works:
+            w.future.set_result((outputs[at:at + len(w.rows)], batches))
+            at += len(w.rows)

@@ -1,0 +1,140 @@
+"""The scheduler: a lone submission runs at once, queued ones merge up to the budget, an
+oversized one runs alone, a cancelled one never reaches the device, and every caller of a
+merged batch gets the answers it would get alone."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import kime
+from kime.layout import Row
+from kime.scheduler import Scheduler
+
+
+def _row(n: int, tag: int) -> Row:
+    return Row(ids=[tag] * n, markers=[0], state_tokens=0, state_tokens_used=0)
+
+
+class GatedRunner:
+    """Records each run's rows; the first run waits until released, so others queue behind it."""
+
+    def __init__(self):
+        self.runs = []
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def __call__(self, rows, qtypes, cache):
+        self.runs.append([r.ids[0] for r in rows])
+        self.started.set()
+        self.gate.wait(5)
+        return [(np.array([float(r.ids[0])], np.float32), np.zeros(2, np.float32)) for r in rows], 1
+
+
+def test_idle_runs_at_once_then_queued_work_merges_within_the_budget():
+    runner = GatedRunner()
+    s = Scheduler(runner, budget=100)
+    first = s.submit([_row(10, 1)], [0])
+    assert runner.started.wait(5)  # ran at once, alone, with nothing else queued
+    later = [s.submit([_row(30, tag)], [0]) for tag in (2, 3, 4)]  # 90 tokens: fit together
+    big = s.submit([_row(150, 5)], [0])  # over the budget: alone
+    after = s.submit([_row(5, 6)], [0])
+    assert s.depth() == 5
+    runner.gate.set()
+    for f in [first, *later, big, after]:
+        f.result(5)
+    assert runner.runs == [[1], [2, 3, 4], [5], [6]]
+    # Each caller got its own rows' outputs back.
+    assert [float(f.result()[0][0][0][0]) for f in later] == [2.0, 3.0, 4.0]
+    assert s.merged == 2
+    s.close()
+
+
+def test_cancelled_submission_never_reaches_the_device():
+    runner = GatedRunner()
+    s = Scheduler(runner, budget=100)
+    s.submit([_row(10, 1)], [0])
+    assert runner.started.wait(5)
+    gone = s.submit([_row(10, 2)], [0])
+    kept = s.submit([_row(10, 3)], [0])
+    assert gone.cancel()
+    runner.gate.set()
+    kept.result(5)
+    assert runner.runs == [[1], [3]] and s.dropped == 1
+    s.close()
+
+
+def test_runner_errors_reach_every_caller_of_the_batch():
+    def broken(rows, qtypes, cache):
+        raise RuntimeError("device fell over")
+
+    s = Scheduler(broken, budget=100)
+    with pytest.raises(RuntimeError, match="fell over"):
+        s.submit([_row(3, 1)], [0]).result(5)
+    s.close()
+
+
+@pytest.fixture()
+def slow_engine(tiny_path):
+    """An engine whose backend takes a little while, so concurrent callers queue and merge."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        engine = kime.Kime(str(tiny_path), threads=1)
+    run = engine._backend.run
+
+    def slow(batch):
+        time.sleep(0.02)
+        return run(batch)
+
+    engine._backend.run = slow
+    yield engine
+    engine.close()
+
+
+QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?",
+                      "criteria": ["billing", "tech", "sales"]},
+             "spam": {"type": "noul", "instructions": "Is it spam?"}}
+
+
+def test_threads_merge_and_each_gets_its_answers_alone(slow_engine):
+    states = ["ticket %d: " % i + "charged twice " * (i % 7 + 1) for i in range(24)]
+    alone = [slow_engine.decide({"state": s, "questions": QUESTIONS}, cache=False) for s in states]
+    results = [None] * len(states)
+
+    def call(i):
+        results[i] = slow_engine.decide({"state": states[i], "questions": QUESTIONS}, cache=False)
+
+    before = slow_engine.scheduler.merged
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(states))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert slow_engine.scheduler.merged > before  # callers shared batches
+    for got, want in zip(results, alone):
+        for qid in QUESTIONS:
+            assert got[qid].logits.tobytes() == want[qid].logits.tobytes()
+
+
+def test_async_callers_merge_and_a_cancelled_task_is_dropped(slow_engine):
+    async def main():
+        reqs = [{"state": "async %d" % i, "questions": QUESTIONS} for i in range(8)]
+        tasks = [asyncio.create_task(slow_engine.decide_async(r, cache=False)) for r in reqs]
+        victim = asyncio.create_task(slow_engine.decide_async(
+            {"state": "nobody waits for me " * 5, "questions": QUESTIONS}, cache=False))
+        await asyncio.sleep(0)
+        victim.cancel()
+        done = await asyncio.gather(*tasks)
+        with pytest.raises(asyncio.CancelledError):
+            await victim
+        return reqs, done
+
+    reqs, done = asyncio.run(main())
+    for req, got in zip(reqs, done):
+        want = slow_engine.decide(req, cache=False)
+        for qid in QUESTIONS:
+            np.testing.assert_array_equal(got[qid].logits, want[qid].logits)
