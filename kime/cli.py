@@ -192,6 +192,23 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        from .server import ConfigError, load_settings, serve
+    except ImportError as e:
+        raise _Usage("kime serve needs the HTTP stack: pip install 'kime[serve]' (%s)" % e) from e
+    flags = {"model": args.model, "host": args.host, "port": args.port, "device": args.device,
+             "precision": args.precision, "threads": args.threads,
+             "api_key_file": args.api_key_file, "max_queue": args.max_queue,
+             "log_level": args.log_level, "graceful_shutdown": args.graceful_shutdown}
+    try:
+        settings = load_settings(flags, config=args.config)
+    except ConfigError as e:
+        raise _Usage(str(e)) from e
+    serve(settings)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kime", description="Laya's decision models without "
                                      "PyTorch: typed questions about a state, calibrated answers.")
@@ -243,6 +260,35 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--device", default="cpu", help="cpu (default) or auto")
     c.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     c.set_defaults(run=_convert)
+
+    s = sub.add_parser("serve", help="serve laya-serve's HTTP API (needs kime[serve])",
+                       description="Serve Laya's HTTP API (POST /v1/systemone, "
+                       "/v1/systemone/batch; GET /health, /ready, /v1/models, /metrics) on "
+                       "FastAPI + uvicorn. Settings: flags > KIME_* / LAYA_* environment > "
+                       "--config TOML file > defaults.")
+    s.add_argument("--model", "-m", default=None, help="alias, hf://org/repo[/sub], or a "
+                   "checkpoint directory (env KIME_MODEL; default: laya)")
+    s.add_argument("--host", default=None, help="bind address (env KIME_HOST, LAYA_HOST; "
+                   "default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help="bind port (env KIME_PORT, LAYA_PORT; "
+                   "default 8000)")
+    s.add_argument("--api-key-file", default=None, help="bearer keys, one per line (also "
+                   "KIME_API_KEY, LAYA_API_KEY); without any key the API is open")
+    s.add_argument("--threads", type=int, default=None, help="CPU threads, 0: every core (env "
+                   "KIME_THREADS, LAYA_THREADS)")
+    s.add_argument("--config", default=None, help="TOML file with the settings (a [serve] table "
+                   "or top-level keys; env KIME_CONFIG)")
+    s.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (env KIME_DEVICE, "
+                   "LAYA_DEVICE)")
+    s.add_argument("--precision", default=None, help="f16, f32 or int8 (env KIME_PRECISION)")
+    s.add_argument("--max-queue", type=int, default=None, help="answer 503 + Retry-After when "
+                   "this many submissions wait for the device; 0: no bound (env KIME_MAX_QUEUE; "
+                   "default 256)")
+    s.add_argument("--graceful-shutdown", type=float, default=None, help="seconds requests in "
+                   "flight get to finish after SIGTERM (env KIME_GRACEFUL_SHUTDOWN; default 30)")
+    s.add_argument("--log-level", default=None, help="uvicorn log level (env KIME_LOG_LEVEL, "
+                   "LAYA_LOG_LEVEL; default info)")
+    s.set_defaults(run=_serve)
     return parser
 
 
