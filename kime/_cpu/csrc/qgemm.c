@@ -1,0 +1,747 @@
+/* INT8 GEMM with fused dequantization (qgemm.h).
+ *
+ * Layout. Weights are quantized per output channel and packed in panels of NR columns of C:
+ * panel p holds K4 = ceil(K/4) groups; group g is NR lanes of 4 consecutive k (int8), zero-padded
+ * past K and N, so one 32-bit lane of a vector is 4 k of one column, as vpdpbusd and
+ * vpmaddubsw + vpmaddwd consume them. A GEGLU panel holds NR/2 outputs: lanes [0, NR/2) their
+ * "a" rows and lanes [NR/2, NR) the matching "g" rows. After all panels: float scale_w[P*NR] and
+ * int32 comp[P*NR] = OFFSET * colsum(q_w) per lane (OFFSET 128 for the unsigned-A kernels, else
+ * 0). Each thread quantizes and packs its A rows MR at a time as K4 groups of MR x 4 bytes.
+ *
+ * Kernels.
+ *  - AVX-512 VNNI: A packed unsigned (u8 = q + 128), 14 x 32 tiles of vpdpbusd; the store
+ *    subtracts 128 * colsum(q_w), which makes the sum exactly sum q_a q_w.
+ *  - AVX2: vpmaddubsw multiplies u8 by s8 and adds pairs into int16 with saturation; with
+ *    u8 = q + 128 up to 255 a pair can reach 64770, so that scheme is not exact. Instead A stays
+ *    signed and each product is formed as |q_a| * (q_w * sign(q_a)) (vpabsb, vpsignb): operands are
+ *    at most 127 in magnitude, a pair at most 2 * 127 * 127 = 32258 < 32767, so no saturation,
+ *    the same 8-bit quantization as the other paths and bit-identical INT32 sums. Then vpmaddwd
+ *    with ones widens pairs into int32. 4 x 16 tiles (8 accumulators).
+ *  - portable C: signed, 4 x 8 tiles, plain int32 loops.
+ *
+ * Determinism. The INT32 sums are exact, so independent of the order, the tile, the thread and
+ * the batch. The dequantization and epilogue are one routine per kernel set, per element, from
+ * (acc, scale_a[m], scale_w[n], bias[n]) only: x = ((float)acc * scale_a) * scale_w + bias.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "qgemm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define KQ_X86 1
+#include <immintrin.h>
+#define TQ512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+#define TQ256 __attribute__((target("avx2,fma")))
+#endif
+
+#define QMAX_TILE (14 * 32) /* int32 of the largest MR x NR tile */
+#define QMAX_MC (64 * 14)   /* most rows in a thread's A block */
+
+typedef struct {
+    const float *bias, *gbias;
+    int ldc, epi;
+} qepi;
+
+typedef struct {
+    int mr, nr, offset;
+    size_t a_bytes;
+    /* quantize x[0..K) into q[0..K4*4) (zero-padded), return the scale amax / 127 */
+    float (*quant)(const float *x, int K, int8_t *q);
+    void (*kernel)(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc);
+    /* dequantize + epilogue tile rows [0, m), store nv outputs from column n0 */
+    void (*store)(const int32_t *acc, int m, int n0, int nv, const qepi *e, const float *sa,
+                  const float *sw, const int32_t *comp, float *C);
+} qimpl;
+
+static const float QSQRT1_2 = 0.70710678118654752440f;
+
+static inline void put32(void *dst, const void *src) { memcpy(dst, src, 4); }
+static inline int32_t get32(const void *src)
+{
+    int32_t v;
+    memcpy(&v, src, 4);
+    return v;
+}
+
+/* ---- portable ----------------------------------------------------------------------------- */
+
+#define QPMR 4
+#define QPNR 8
+
+static float quant_portable(const float *x, int K, int8_t *q)
+{
+    float amax = 0.0f;
+    for (int k = 0; k < K; k++) {
+        float a = fabsf(x[k]);
+        amax = a > amax ? a : amax;
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int k = 0; k < K; k++) {
+        float r = rintf(x[k] * inv);
+        r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+        q[k] = (int8_t)(int)r;
+    }
+    for (int k = K; k < (K + 3) / 4 * 4; k++)
+        q[k] = 0;
+    return amax / 127.0f;
+}
+
+static void qkernel_portable(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+{
+    (void)m;
+    int32_t c[QPMR][QPNR] = {{0}};
+    const int8_t *sa = (const int8_t *)a;
+    for (int g = 0; g < K4; g++, sa += QPMR * 4, b += QPNR * 4)
+        for (int i = 0; i < QPMR; i++)
+            for (int j = 0; j < QPNR; j++)
+                for (int u = 0; u < 4; u++)
+                    c[i][j] += (int32_t)sa[i * 4 + u] * (int32_t)b[j * 4 + u];
+    memcpy(acc, c, sizeof c);
+}
+
+static float qgelu1(float x) { return x * 0.5f * (1.0f + erff(x * QSQRT1_2)); }
+
+static inline float deq1(int32_t acc, int32_t comp, float sa, float sw, const float *bias, int j)
+{
+    float x = (float)(acc - comp) * sa;
+    x = x * sw;
+    return bias ? x + bias[j] : x;
+}
+
+static void qstore_portable(const int32_t *acc, int m, int n0, int nv, const qepi *e,
+                            const float *sa, const float *sw, const int32_t *comp, float *C)
+{
+    const int half = QPNR / 2;
+    for (int i = 0; i < m; i++, acc += QPNR, C += e->ldc)
+        for (int j = 0; j < nv; j++) {
+            float x = deq1(acc[j], comp[j], sa[i], sw[j], e->bias, n0 + j);
+            switch (e->epi) {
+            case KIME_EPI_ACCUM: x = C[n0 + j] + x; break;
+            case KIME_EPI_GELU: x = qgelu1(x); break;
+            case KIME_EPI_RELU: x = x < 0.0f ? 0.0f : x; break;
+            case KIME_EPI_GEGLU:
+                x = qgelu1(x) * deq1(acc[j + half], comp[j + half], sa[i], sw[j + half], e->gbias,
+                                     n0 + j);
+                break;
+            }
+            C[n0 + j] = x;
+        }
+}
+
+#ifdef KQ_X86
+/* ---- vector erf (as gemm.c: max error 1.1 ulp) ------------------------------------------- */
+static const float QERF_P[7] = {7.854098658e-05f, -8.010261226e-04f, 5.188334733e-03f,
+                                -2.685381472e-02f, 1.128358543e-01f, -3.761262596e-01f,
+                                1.283791661e-01f};
+static const float QERF_R[8] = {2.169771687e-05f, -4.414739087e-04f, 4.205291159e-03f,
+                                -2.521035820e-02f, 1.084221303e-01f, 6.332163811e-01f,
+                                1.129580379e+00f, -1.884714293e-04f};
+static const float QEXPM1_Q[5] = {1.381412381e-03f, 8.368900977e-03f, 4.166840762e-02f,
+                                  1.666651964e-01f, 4.999999404e-01f};
+#define QLN2_HI 0.693359375f
+#define QLN2_LO (-2.12194440e-4f)
+#define QLOG2E 1.44269504089f
+
+/* ---- AVX-512 VNNI: 14 x 32 tiles ---------------------------------------------------------- */
+
+#define VMR 14
+#define VNR 32
+#define V16(v) _mm512_set1_ps(v)
+
+TQ512 static inline __m512 qerf16(__m512 x)
+{
+    __m512 a = _mm512_min_ps(_mm512_abs_ps(x), V16(4.0f)), z = _mm512_mul_ps(a, a);
+    __m512 p = V16(QERF_P[0]), r = V16(QERF_R[0]), q = V16(QEXPM1_Q[0]);
+    for (int i = 1; i < 7; i++)
+        p = _mm512_fmadd_ps(p, z, V16(QERF_P[i]));
+    for (int i = 1; i < 8; i++)
+        r = _mm512_fmadd_ps(r, a, V16(QERF_R[i]));
+    __m512 small = _mm512_fmadd_ps(a, p, a);
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(r, V16(-QLOG2E)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_fnmadd_ps(n, V16(QLN2_LO), _mm512_fnmsub_ps(n, V16(QLN2_HI), r));
+    for (int i = 1; i < 5; i++)
+        q = _mm512_fmadd_ps(q, f, V16(QEXPM1_Q[i]));
+    __m512 s = _mm512_fmadd_ps(_mm512_mul_ps(f, f), q, f), p2 = _mm512_scalef_ps(V16(1.0f), n);
+    __m512 big = _mm512_fnmadd_ps(s, p2, _mm512_sub_ps(V16(1.0f), p2));
+    __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, V16(1.0f), _CMP_LT_OQ), big, small);
+    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
+        _mm512_castps_si512(y), _mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff), 0xe4));
+}
+
+TQ512 static inline __m512 qgelu16(__m512 x)
+{
+    return _mm512_mul_ps(_mm512_mul_ps(x, V16(0.5f)),
+                         _mm512_add_ps(V16(1.0f), qerf16(_mm512_mul_ps(x, V16(QSQRT1_2)))));
+}
+
+TQ512 static float quant512(const float *x, int K, int8_t *q)
+{
+    __m512 vmax = _mm512_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16)
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+    if (k < K)
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                       (__mmask16)((1u << (K - k)) - 1), x + k)));
+    const float amax = _mm512_reduce_max_ps(vmax);
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m512 vinv = _mm512_set1_ps(inv);
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    for (k = 0; k < K; k += 16) {
+        __mmask16 msk = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(msk, x + k), vinv));
+        v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
+        _mm_mask_storeu_epi8(q + k, msk, _mm512_cvtepi32_epi8(v));
+    }
+    for (k = K; k < (K + 3) / 4 * 4; k++)
+        q[k] = 0;
+    return amax / 127.0f;
+}
+
+TQ512 static inline __attribute__((always_inline)) void
+qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+{
+    __m512i c0[VMR], c1[VMR];
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++)
+        c0[i] = c1[i] = _mm512_setzero_si512();
+    for (int g = 0; g < K4; g++, a += VMR * 4, b += VNR * 4) {
+        __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
+#pragma GCC unroll 16
+        for (int i = 0; i < m; i++) {
+            __m512i ai = _mm512_set1_epi32(get32(a + 4 * i));
+            c0[i] = _mm512_dpbusd_epi32(c0[i], ai, b0);
+            c1[i] = _mm512_dpbusd_epi32(c1[i], ai, b1);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++) {
+        _mm512_storeu_si512(acc + i * VNR, c0[i]);
+        _mm512_storeu_si512(acc + i * VNR + 16, c1[i]);
+    }
+}
+
+TQ512 static void qkernel512(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+{
+    switch (m) {
+#define CASE(M) case M: qkernel512_m(M, K4, a, b, acc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+        CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14)
+#undef CASE
+    }
+}
+
+TQ512 static inline __m512 deq16(const int32_t *acc, __m512i comp, __m512 sa, __m512 sw,
+                                 __m512 bias)
+{
+    __m512 x = _mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_loadu_si512(acc), comp));
+    return _mm512_add_ps(_mm512_mul_ps(_mm512_mul_ps(x, sa), sw), bias);
+}
+
+TQ512 static void qstore512(const int32_t *acc, int m, int n0, int nv, const qepi *e,
+                            const float *sa, const float *sw, const int32_t *comp, float *C)
+{
+    if (e->epi == KIME_EPI_GEGLU) {
+        __mmask16 k = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
+        __m512 ba = e->bias ? _mm512_maskz_loadu_ps(k, e->bias + n0) : _mm512_setzero_ps();
+        __m512 bg = e->gbias ? _mm512_maskz_loadu_ps(k, e->gbias + n0) : _mm512_setzero_ps();
+        __m512 swa = _mm512_loadu_ps(sw), swg = _mm512_loadu_ps(sw + 16);
+        __m512i ca = _mm512_loadu_si512(comp), cg = _mm512_loadu_si512(comp + 16);
+        for (int i = 0; i < m; i++, acc += VNR, C += e->ldc) {
+            __m512 s = _mm512_set1_ps(sa[i]);
+            __m512 x = deq16(acc, ca, s, swa, ba), g = deq16(acc + 16, cg, s, swg, bg);
+            _mm512_mask_storeu_ps(C + n0, k, _mm512_mul_ps(qgelu16(x), g));
+        }
+        return;
+    }
+    for (int v = 0; v < VNR / 16 && 16 * v < nv; v++) {
+        int left = nv - 16 * v, j0 = n0 + 16 * v;
+        __mmask16 k = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+        __m512 bias = e->bias ? _mm512_maskz_loadu_ps(k, e->bias + j0) : _mm512_setzero_ps();
+        __m512 w = _mm512_loadu_ps(sw + 16 * v);
+        __m512i cc = _mm512_loadu_si512(comp + 16 * v);
+        float *c = C + j0;
+        for (int i = 0; i < m; i++, c += e->ldc) {
+            __m512 x = deq16(acc + i * VNR + 16 * v, cc, _mm512_set1_ps(sa[i]), w, bias);
+            switch (e->epi) {
+            case KIME_EPI_ACCUM: x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c), x); break;
+            case KIME_EPI_GELU: x = qgelu16(x); break;
+            case KIME_EPI_RELU: x = _mm512_max_ps(_mm512_setzero_ps(), x); break;
+            }
+            _mm512_mask_storeu_ps(c, k, x);
+        }
+    }
+}
+
+/* ---- AVX2: 4 x 16 tiles, |a| * sign(a) w ------------------------------------------------- */
+
+#define HQMR 4
+#define HQNR 16
+#define H8(v) _mm256_set1_ps(v)
+
+TQ256 static inline __m256 qerf8(__m256 x)
+{
+    __m256 sign = _mm256_and_ps(x, H8(-0.0f));
+    __m256 a = _mm256_min_ps(_mm256_andnot_ps(H8(-0.0f), x), H8(4.0f)), z = _mm256_mul_ps(a, a);
+    __m256 p = H8(QERF_P[0]), r = H8(QERF_R[0]), q = H8(QEXPM1_Q[0]);
+    for (int i = 1; i < 7; i++)
+        p = _mm256_fmadd_ps(p, z, H8(QERF_P[i]));
+    for (int i = 1; i < 8; i++)
+        r = _mm256_fmadd_ps(r, a, H8(QERF_R[i]));
+    __m256 small = _mm256_fmadd_ps(a, p, a);
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(r, H8(-QLOG2E)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 f = _mm256_fnmadd_ps(n, H8(QLN2_LO), _mm256_fnmsub_ps(n, H8(QLN2_HI), r));
+    for (int i = 1; i < 5; i++)
+        q = _mm256_fmadd_ps(q, f, H8(QEXPM1_Q[i]));
+    __m256 s = _mm256_fmadd_ps(_mm256_mul_ps(f, f), q, f);
+    __m256 p2 = _mm256_castsi256_ps(
+        _mm256_add_epi32(_mm256_castps_si256(H8(1.0f)),
+                         _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
+    __m256 big = _mm256_fnmadd_ps(s, p2, _mm256_sub_ps(H8(1.0f), p2));
+    __m256 y = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, H8(1.0f), _CMP_LT_OQ));
+    return _mm256_or_ps(y, sign);
+}
+
+TQ256 static inline __m256 qgelu8(__m256 x)
+{
+    return _mm256_mul_ps(_mm256_mul_ps(x, H8(0.5f)),
+                         _mm256_add_ps(H8(1.0f), qerf8(_mm256_mul_ps(x, H8(QSQRT1_2)))));
+}
+
+TQ256 static inline __m256i qlanes8(int left)
+{
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+TQ256 static float quant256(const float *x, int K, int8_t *q)
+{
+    __m256 vmax = _mm256_setzero_ps();
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    int k = 0;
+    for (; k + 8 <= K; k += 8)
+        vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(x + k), absmask));
+    float amax;
+    {
+        float t[8];
+        _mm256_storeu_ps(t, vmax);
+        amax = 0.0f;
+        for (int i = 0; i < 8; i++)
+            amax = t[i] > amax ? t[i] : amax;
+        for (; k < K; k++) {
+            float a = fabsf(x[k]);
+            amax = a > amax ? a : amax;
+        }
+    }
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    const __m256 vinv = _mm256_set1_ps(inv);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    for (k = 0; k + 8 <= K; k += 8) {
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
+        v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
+        int32_t t[8];
+        _mm256_storeu_si256((__m256i *)t, v);
+        for (int i = 0; i < 8; i++)
+            q[k + i] = (int8_t)t[i];
+    }
+    for (; k < K; k++) { /* same rounding as the vector lanes: cvtss2si, nearest even */
+        int r = _mm_cvtss_si32(_mm_set_ss(x[k] * inv));
+        q[k] = (int8_t)(r > 127 ? 127 : r < -127 ? -127 : r);
+    }
+    for (k = K; k < (K + 3) / 4 * 4; k++)
+        q[k] = 0;
+    return amax / 127.0f;
+}
+
+TQ256 static inline __attribute__((always_inline)) void
+qkernel256_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+{
+    __m256i c0[HQMR], c1[HQMR];
+    const __m256i ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 4
+    for (int i = 0; i < m; i++)
+        c0[i] = c1[i] = _mm256_setzero_si256();
+    for (int g = 0; g < K4; g++, a += HQMR * 4, b += HQNR * 4) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)b);
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + 32));
+#pragma GCC unroll 4
+        for (int i = 0; i < m; i++) {
+            __m256i ai = _mm256_set1_epi32(get32(a + 4 * i)), ua = _mm256_abs_epi8(ai);
+            __m256i p0 = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(b0, ai));
+            __m256i p1 = _mm256_maddubs_epi16(ua, _mm256_sign_epi8(b1, ai));
+            c0[i] = _mm256_add_epi32(c0[i], _mm256_madd_epi16(p0, ones));
+            c1[i] = _mm256_add_epi32(c1[i], _mm256_madd_epi16(p1, ones));
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < m; i++) {
+        _mm256_storeu_si256((__m256i *)(acc + i * HQNR), c0[i]);
+        _mm256_storeu_si256((__m256i *)(acc + i * HQNR + 8), c1[i]);
+    }
+}
+
+TQ256 static void qkernel256(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+{
+    switch (m) {
+#define CASE(M) case M: qkernel256_m(M, K4, a, b, acc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4)
+#undef CASE
+    }
+}
+
+TQ256 static inline __m256 deq8(const int32_t *acc, __m256i comp, __m256 sa, __m256 sw,
+                                __m256 bias)
+{
+    __m256 x = _mm256_cvtepi32_ps(
+        _mm256_sub_epi32(_mm256_loadu_si256((const __m256i *)acc), comp));
+    return _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(x, sa), sw), bias);
+}
+
+TQ256 static inline __m256 qmaybe_load8(const float *p, __m256i k)
+{
+    return p ? _mm256_maskload_ps(p, k) : _mm256_setzero_ps();
+}
+
+TQ256 static void qstore256(const int32_t *acc, int m, int n0, int nv, const qepi *e,
+                            const float *sa, const float *sw, const int32_t *comp, float *C)
+{
+    if (e->epi == KIME_EPI_GEGLU) {
+        __m256i k = qlanes8(nv);
+        __m256 ba = qmaybe_load8(e->bias ? e->bias + n0 : NULL, k);
+        __m256 bg = qmaybe_load8(e->gbias ? e->gbias + n0 : NULL, k);
+        __m256 swa = _mm256_loadu_ps(sw), swg = _mm256_loadu_ps(sw + 8);
+        __m256i ca = _mm256_loadu_si256((const __m256i *)comp);
+        __m256i cg = _mm256_loadu_si256((const __m256i *)(comp + 8));
+        for (int i = 0; i < m; i++, acc += HQNR, C += e->ldc) {
+            __m256 s = _mm256_set1_ps(sa[i]);
+            __m256 x = deq8(acc, ca, s, swa, ba), g = deq8(acc + 8, cg, s, swg, bg);
+            _mm256_maskstore_ps(C + n0, k, _mm256_mul_ps(qgelu8(x), g));
+        }
+        return;
+    }
+    for (int v = 0; v < HQNR / 8 && 8 * v < nv; v++) {
+        int j0 = n0 + 8 * v;
+        __m256i k = qlanes8(nv - 8 * v);
+        __m256 bias = qmaybe_load8(e->bias ? e->bias + j0 : NULL, k);
+        __m256 w = _mm256_loadu_ps(sw + 8 * v);
+        __m256i cc = _mm256_loadu_si256((const __m256i *)(comp + 8 * v));
+        float *c = C + j0;
+        for (int i = 0; i < m; i++, c += e->ldc) {
+            __m256 x = deq8(acc + i * HQNR + 8 * v, cc, _mm256_set1_ps(sa[i]), w, bias);
+            switch (e->epi) {
+            case KIME_EPI_ACCUM: x = _mm256_add_ps(_mm256_maskload_ps(c, k), x); break;
+            case KIME_EPI_GELU: x = qgelu8(x); break;
+            case KIME_EPI_RELU: x = _mm256_max_ps(_mm256_setzero_ps(), x); break;
+            }
+            _mm256_maskstore_ps(c, k, x);
+        }
+    }
+}
+#endif /* KQ_X86 */
+
+static const qimpl QIMPLS[3] = {
+    {QPMR, QPNR, 0, 64 << 10, quant_portable, qkernel_portable, qstore_portable},
+#ifdef KQ_X86
+    {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
+    {VMR, VNR, 128, 128 << 10, quant512, qkernel512, qstore512},
+#endif
+};
+
+static int has_vnni(void)
+{
+#ifdef KQ_X86
+    static volatile int cached = -1;
+    int v = cached;
+    if (v < 0) {
+        __builtin_cpu_init();
+        v = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
+        cached = v;
+    }
+    return v;
+#else
+    return 0;
+#endif
+}
+
+int kime_qgemm_impl(int isa)
+{
+#ifdef KQ_X86
+    if (isa == KIME_ISA_AVX512)
+        return has_vnni() ? KIME_ISA_AVX512 : KIME_ISA_AVX2;
+    if (isa == KIME_ISA_AVX2)
+        return KIME_ISA_AVX2;
+#endif
+    (void)isa;
+    return KIME_ISA_PORTABLE;
+}
+
+static const qimpl *qimpl_of(int isa) { return &QIMPLS[kime_qgemm_impl(isa)]; }
+
+/* ---- packing -------------------------------------------------------------------------------- */
+
+static size_t qpanels(const qimpl *im, int N, int geglu)
+{
+    int width = geglu ? im->nr / 2 : im->nr, outputs = geglu ? N / 2 : N;
+    return (size_t)((outputs + width - 1) / width);
+}
+
+static size_t k4_of(int K) { return (size_t)((K > 0 ? K : 0) + 3) / 4; }
+
+static size_t panel_bytes(const qimpl *im, int K) { return k4_of(K) * 4 * (size_t)im->nr; }
+
+static size_t weights_bytes(const qimpl *im, int N, int K, int geglu)
+{
+    return (qpanels(im, N, geglu) * panel_bytes(im, K) + 63) & ~(size_t)63;
+}
+
+size_t kime_qgemm_packed_bytes(int isa, int N, int K, int geglu)
+{
+    const qimpl *im = qimpl_of(isa);
+    size_t lanes = qpanels(im, N, geglu) * (size_t)im->nr;
+    return weights_bytes(im, N, K, geglu) + lanes * (sizeof(float) + sizeof(int32_t));
+}
+
+void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *packed)
+{
+    const qimpl *im = qimpl_of(isa);
+    const int nr = im->nr, half = nr / 2, I = N / 2;
+    const size_t P = qpanels(im, N, geglu), K4 = k4_of(K), pb = panel_bytes(im, K);
+    int8_t *panels_q = (int8_t *)packed;
+    float *sw = (float *)((char *)packed + weights_bytes(im, N, K, geglu));
+    int32_t *comp = (int32_t *)(sw + P * nr);
+    for (size_t p = 0; p < P; p++)
+        for (int j = 0; j < nr; j++) {
+            long row = geglu ? (long)p * half + (j % half) : (long)p * nr + j;
+            if (geglu)
+                row = row < I ? row + (j < half ? 0 : I) : -1;
+            else if (row >= N)
+                row = -1;
+            int8_t *dst = panels_q + p * pb + 4 * j;
+            float scale = 0.0f;
+            int32_t sum = 0;
+            for (size_t g = 0; g < K4; g++)
+                for (int u = 0; u < 4; u++)
+                    dst[g * 4 * nr + u] = 0;
+            if (row >= 0 && K > 0) { /* quant_portable's arithmetic, straight into the panel */
+                const float *x = W + (size_t)row * K;
+                float amax = 0.0f;
+                for (int k = 0; k < K; k++)
+                    amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
+                const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+                for (int k = 0; k < K; k++) {
+                    float r = rintf(x[k] * inv);
+                    r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
+                    dst[(size_t)(k / 4) * 4 * nr + k % 4] = (int8_t)(int)r;
+                    sum += (int)r;
+                }
+                scale = amax / 127.0f;
+            }
+            sw[p * nr + j] = scale;
+            comp[p * nr + j] = im->offset * sum;
+        }
+}
+
+/* ---- A packing and scratch ------------------------------------------------------------------ */
+
+static int qblock_rows(const qimpl *im, int K)
+{
+    size_t tiles = im->a_bytes / ((size_t)im->mr * 4 * (k4_of(K) > 0 ? k4_of(K) : 1));
+    int mc = im->mr * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
+    return mc;
+}
+
+/* A thread's share: acc tile, row scales, one row's quantized bytes, then its A block. */
+static size_t qthread_bytes(const qimpl *im, int K)
+{
+    size_t row = (k4_of(K) * 4 + 63) & ~(size_t)63;
+    size_t block = (size_t)qblock_rows(im, K) * k4_of(K) * 4;
+    return QMAX_TILE * 4 + QMAX_MC * 4 + row + ((block + 63) & ~(size_t)63);
+}
+
+size_t kime_qgemm_scratch_bytes(int isa, int K, int nthreads)
+{
+    return qthread_bytes(qimpl_of(isa), K) * (size_t)(nthreads > 1 ? nthreads : 1) + 64;
+}
+
+/* Quantize rows [0, m) of A into a tile sliver (K4 groups of mr x 4 bytes), padded rows zero. */
+static void qpack_a(const qimpl *im, const float *A, int lda, int m, int K, int8_t *rowq,
+                    uint8_t *dst, float *sa)
+{
+    const int mr = im->mr;
+    const size_t K4 = k4_of(K);
+    const uint8_t flip = im->offset ? 0x80 : 0; /* q + 128 as u8 is q ^ 0x80 */
+    for (int i = 0; i < mr; i++) {
+        if (i < m && K > 0) {
+            sa[i] = im->quant(A + (size_t)i * lda, K, rowq);
+        } else {
+            if (i < m)
+                sa[i] = 0.0f;
+            memset(rowq, 0, K4 * 4);
+        }
+        if (flip)
+            for (size_t k = 0; k < K4 * 4; k++)
+                rowq[k] = (int8_t)((uint8_t)rowq[k] ^ flip);
+        for (size_t g = 0; g < K4; g++)
+            put32(dst + (g * mr + i) * 4, rowq + 4 * g);
+    }
+}
+
+/* ---- driver --------------------------------------------------------------------------------- */
+
+typedef struct {
+    const qimpl *im;
+    const float *A;
+    const int8_t *panels;
+    const float *sw;
+    const int32_t *comp;
+    int lda, M, K, outputs, width, npanels, geglu, I;
+    qepi e;
+    float *C;
+    int32_t *C32; /* test hook: raw sums instead */
+    char *scratch;
+} qjob;
+
+static int qsplit_rows(int M, int mr, int t, int nt)
+{
+    if (t >= nt)
+        return M;
+    long r = ((long)M * t / nt + mr / 2) / mr * mr;
+    return r < M ? (int)r : M;
+}
+
+static void store_int32(const qjob *j, const int32_t *acc, int m, int n0, int nv,
+                        const int32_t *comp, int32_t *C)
+{
+    const int nr = j->im->nr, half = nr / 2;
+    for (int i = 0; i < m; i++, acc += nr, C += j->e.ldc)
+        for (int l = 0; l < nr; l++) {
+            int col;
+            if (j->geglu) {
+                if (l % half >= nv)
+                    continue;
+                col = n0 + l % half + (l < half ? 0 : j->I);
+            } else {
+                if (l >= nv)
+                    continue;
+                col = n0 + l;
+            }
+            C[col] = acc[l] - comp[l];
+        }
+}
+
+static void qrun(const qjob *j, int t, int nt)
+{
+    const qimpl *im = j->im;
+    const int mr = im->mr, K = j->K, mc = qblock_rows(im, K), K4 = (int)k4_of(K);
+    const size_t pb = panel_bytes(im, K);
+    int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
+    if ((j->M + mr - 1) / mr >= 16 * nt) {
+        r0 = qsplit_rows(j->M, mr, t, nt);
+        r1 = qsplit_rows(j->M, mr, t + 1, nt);
+    } else {
+        p0 = (int)((long)j->npanels * t / nt);
+        p1 = (int)((long)j->npanels * (t + 1) / nt);
+    }
+    char *base = j->scratch + (size_t)t * qthread_bytes(im, K);
+    int32_t *acc = (int32_t *)base;
+    float *sa = (float *)(base + QMAX_TILE * 4);
+    int8_t *rowq = (int8_t *)(base + QMAX_TILE * 4 + QMAX_MC * 4);
+    uint8_t *ap = (uint8_t *)rowq + ((k4_of(K) * 4 + 63) & ~(size_t)63);
+    if (p0 >= p1)
+        return;
+    for (int m0 = r0; m0 < r1; m0 += mc) {
+        const int mb = r1 - m0 < mc ? r1 - m0 : mc;
+        for (int i = 0; i < mb; i += mr)
+            qpack_a(im, j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K,
+                    rowq, ap + (size_t)i * K4 * 4, sa + i);
+        for (int p = p0; p < p1; p++) {
+            const int8_t *b = j->panels + (size_t)p * pb;
+            const float *sw = j->sw + (size_t)p * im->nr;
+            const int32_t *comp = j->comp + (size_t)p * im->nr;
+            const int n0 = p * j->width;
+            const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
+            for (int i = 0; i < mb; i += mr) {
+                const int m = mb - i < mr ? mb - i : mr;
+                im->kernel(m, K4, ap + (size_t)i * K4 * 4, b, acc);
+                if (j->C32)
+                    store_int32(j, acc, m, n0, nv, comp,
+                                j->C32 + (size_t)(m0 + i) * j->e.ldc);
+                else
+                    im->store(acc, m, n0, nv, &j->e, sa + i, sw, comp,
+                              j->C + (size_t)(m0 + i) * j->e.ldc);
+            }
+        }
+    }
+}
+
+static void qlaunch(qjob *j, int nthreads)
+{
+#ifdef _OPENMP
+    if (nthreads > 1) {
+#pragma omp parallel num_threads(nthreads)
+        qrun(j, omp_get_thread_num(), omp_get_num_threads());
+        return;
+    }
+#else
+    (void)nthreads;
+#endif
+    qrun(j, 0, 1);
+}
+
+static void qjob_init(qjob *j, int isa, const float *A, int lda, int M, int K, int N,
+                      const void *packed, int geglu, void *scratch)
+{
+    const qimpl *im = qimpl_of(isa);
+    const size_t P = qpanels(im, N, geglu);
+    memset(j, 0, sizeof *j);
+    j->im = im;
+    j->A = A;
+    j->panels = (const int8_t *)packed;
+    j->sw = (const float *)((const char *)packed + weights_bytes(im, N, K, geglu));
+    j->comp = (const int32_t *)(j->sw + P * im->nr);
+    j->lda = lda;
+    j->M = M;
+    j->K = K;
+    j->outputs = geglu ? N / 2 : N;
+    j->width = geglu ? im->nr / 2 : im->nr;
+    j->npanels = (int)P;
+    j->geglu = geglu;
+    j->I = N / 2;
+    j->scratch = (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+}
+
+void kime_qgemm(int isa, const float *A, int lda, int M, int K, int N, const void *packed,
+                const float *bias, int epilogue_kind, float *C, int ldc, void *scratch,
+                int nthreads)
+{
+    if (M <= 0 || N <= 0 || K < 0)
+        return;
+    const int geglu = epilogue_kind == KIME_EPI_GEGLU;
+    qjob j;
+    qjob_init(&j, isa, A, lda, M, K, N, packed, geglu, scratch);
+    j.e.bias = bias;
+    j.e.gbias = geglu && bias ? bias + N / 2 : NULL;
+    j.e.ldc = ldc;
+    j.e.epi = epilogue_kind;
+    j.C = C;
+    qlaunch(&j, nthreads);
+}
+
+void kime_qgemm_int32(int isa, const float *A, int lda, int M, int K, int N, const void *packed,
+                      int geglu, int32_t *C, int ldc, void *scratch, int nthreads)
+{
+    if (M <= 0 || N <= 0 || K < 0)
+        return;
+    qjob j;
+    qjob_init(&j, isa, A, lda, M, K, N, packed, geglu, scratch);
+    j.e.ldc = ldc;
+    j.C32 = C;
+    qlaunch(&j, nthreads);
+}

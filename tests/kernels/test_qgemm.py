@@ -1,0 +1,254 @@
+"""kime._cpu._qgemm (csrc/qgemm.c): the INT8 GEMM with fused dequantization, on every ISA path
+this CPU has (portable, AVX2's vpmaddubsw, AVX-512 VNNI's vpdpbusd).
+
+Exactness: the raw INT32 sums equal an int64 NumPy product of A and W quantized in NumPy exactly
+as the kernel does, bit for bit. Accuracy: the dequantized output and every epilogue against the
+float64 product, within INT8 error. Determinism: bits independent of the thread count and of the
+batch a row is computed in.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
+
+from kime._cpu import _qgemm
+
+ISAS = list(range(_qgemm.isa_detect() + 1))
+IDS = [_qgemm.isa_name(i) for i in ISAS]
+EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
+MS = [1, 2, 7, 13, 64, 333]
+KS = [1, 3, 5, 17, 67, 768]
+NS = [1, 5, 31, 33, 100]
+
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def serial_blas():
+    with threadpool_limits(1):
+        yield
+
+
+def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row symmetric INT8 in float32, as qgemm.c: q = clamp(rint(x * (127 / amax))), and
+    the scale amax / 127."""
+    x = np.asarray(x, np.float32)
+    amax = np.abs(x).max(axis=1) if x.shape[1] else np.zeros(x.shape[0], np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
+    q = np.clip(np.rint(x * inv[:, None]), -127, 127).astype(np.int64)
+    return q, (amax / np.float32(127.0)).astype(np.float32)
+
+
+def int_reference(A: np.ndarray, W: np.ndarray) -> np.ndarray:
+    qa, _ = quantize(A)
+    qw, _ = quantize(W)
+    return qa @ qw.T
+
+
+def gelu64(x: np.ndarray) -> np.ndarray:
+    return x * 0.5 * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64))
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+def test_int32_bit_exact(isa: int) -> None:
+    """Raw sums == int64 NumPy over odd K, N tails and M tails, plain and GEGLU-packed, with
+    outliers (a row's max dominates) and all-zero rows."""
+    rng = np.random.default_rng(100 + isa)
+    for K in KS:
+        for N in NS:
+            W = rng.standard_normal((N, K), dtype=np.float32)
+            W[0, 0] = 40.0  # an outlier row
+            if N > 2:
+                W[2] = 0.0  # a zero row: scale 0, q 0
+            packed = _qgemm.pack(W, isa=isa)
+            G = N - N % 2
+            pg = _qgemm.pack(W[:G], isa=isa, geglu=True) if G else None
+            for M in MS:
+                A = rng.standard_normal((M, K), dtype=np.float32) * 3
+                A[-1] = 0.0 if M > 1 else A[-1]
+                want = int_reference(A, W)
+                assert want.max(initial=0) < 2**31
+                threads = 1 + (M >= 64)
+                got = _qgemm.gemm_int32(A, packed, N, K, threads=threads, isa=isa)
+                assert np.array_equal(got, want), (M, K, N)
+                if pg is not None:
+                    got = _qgemm.gemm_int32(A, pg, G, K, geglu=True, threads=threads, isa=isa)
+                    assert np.array_equal(got, want[:, :G]), ("geglu", M, K, G)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+def test_int32_long_k(isa: int) -> None:
+    """A long odd K (sums far past int16, past 2^24) stays exact, 1 and 2 threads."""
+    rng = np.random.default_rng(9)
+    K, N, M = 4099, 37, 30
+    W = rng.standard_normal((N, K), dtype=np.float32)
+    A = rng.standard_normal((M, K), dtype=np.float32) + 0.5
+    W[0] = np.abs(W[0])
+    packed = _qgemm.pack(W, isa=isa)
+    want = int_reference(A, W)
+    for threads in (1, 2):
+        assert np.array_equal(_qgemm.gemm_int32(A, packed, N, K, threads=threads, isa=isa), want)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+def test_int32_extremes(isa: int) -> None:
+    """Every product at +-127 * +-127 (the u8 255 and pair-saturation corners) stays exact."""
+    K, N, M = 768, 33, 13
+    rng = np.random.default_rng(5)
+    W = np.where(rng.random((N, K)) < 0.5, -1.0, 1.0).astype(np.float32)
+    A = np.where(rng.random((M, K)) < 0.5, -1.0, 1.0).astype(np.float32)
+    A[0] = 1.0
+    A[1] = -1.0
+    W[0] = 1.0
+    W[1] = -1.0
+    packed = _qgemm.pack(W, isa=isa)
+    got = _qgemm.gemm_int32(A, packed, N, K, isa=isa)
+    assert np.array_equal(got, int_reference(A, W))
+    assert got[0, 0] == 127 * 127 * K and got[1, 0] == -127 * 127 * K
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+def test_dequantized_close_to_fp32(isa: int) -> None:
+    """store output == dequantized int reference (up to float32 rounding), and within INT8 error
+    of the float64 product: |err| <= 2 * (1/254) * sqrt(K) * rms-ish magnitude bound."""
+    rng = np.random.default_rng(isa)
+    for K in (17, 67, 768):
+        for N in (5, 33, 100):
+            W = rng.standard_normal((N, K), dtype=np.float32)
+            packed = _qgemm.pack(W, isa=isa)
+            for M in (1, 13, 64):
+                A = rng.standard_normal((M, K), dtype=np.float32)
+                got = _qgemm.gemm(A, packed, N, K, isa=isa).astype(np.float64)
+                _, sa = quantize(A)
+                _, sw = quantize(W)
+                deq = int_reference(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
+                assert np.allclose(got, deq, rtol=1e-6, atol=1e-6 * np.abs(deq).max())
+                exact = A.astype(np.float64) @ W.T.astype(np.float64)
+                # per-element rounding error of each factor is at most scale/2
+                bound = (np.abs(A).max(1)[:, None] / 254 * np.abs(W).sum(1)[None, :]
+                         + np.abs(W).max(1)[None, :] / 254 * np.abs(A).sum(1)[:, None]
+                         + (np.abs(A).max(1)[:, None] * np.abs(W).max(1)[None, :]) / 254**2 * K)
+                assert (np.abs(got - exact) <= bound * 1.001 + 1e-5).all()
+                rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
+                assert rel < 0.02, rel
+
+
+def expected(x: np.ndarray, epilogue: str, C0: np.ndarray) -> np.ndarray:
+    if epilogue == "accum":
+        return C0 + x
+    if epilogue == "gelu":
+        return gelu64(x)
+    if epilogue == "relu":
+        return np.maximum(x, 0.0)
+    if epilogue == "geglu":
+        half = x.shape[1] // 2
+        return gelu64(x[:, :half]) * x[:, half:]
+    return x
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_epilogues(isa: int, epilogue: str) -> None:
+    """Each epilogue applied to the dequantized sums (the exact reference of what the kernel
+    computes before the epilogue), with and without bias, on tails."""
+    rng = np.random.default_rng(7)
+    for K in (3, 67, 768):
+        for N in (6, 34, 100):
+            W = rng.standard_normal((N, K), dtype=np.float32)
+            bias = rng.standard_normal(N, dtype=np.float32)
+            geglu = epilogue == "geglu"
+            packed = _qgemm.pack(W, isa=isa, geglu=geglu)
+            for M in (1, 7, 64):
+                A = rng.standard_normal((M, K), dtype=np.float32)
+                C0 = rng.standard_normal((M, N // 2 if geglu else N), dtype=np.float32)
+                _, sa = quantize(A)
+                _, sw = quantize(W)
+                deq = int_reference(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
+                for b in (None, bias):
+                    x = deq if b is None else deq + b
+                    out = C0.copy() if epilogue == "accum" else None
+                    got = _qgemm.gemm(A, packed, N, K, bias=b, epilogue=epilogue, out=out,
+                                      isa=isa)
+                    want = expected(x, epilogue, C0.astype(np.float64))
+                    scale = np.abs(x).max() + (np.abs(C0).max() if epilogue == "accum" else 0)
+                    if geglu:
+                        scale = scale * scale
+                    assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * scale), \
+                        (epilogue, b is not None, M, K, N)
+
+
+DET_CASES = [("store", 100, False), ("accum", 96, True), ("gelu", 33, True), ("geglu", 100, True),
+             ("relu", 31, False)]
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+@pytest.mark.parametrize("epilogue,N,with_bias", DET_CASES, ids=[c[0] for c in DET_CASES])
+def test_bits_independent_of_threads_and_batch(isa: int, epilogue: str, N: int,
+                                               with_bias: bool) -> None:
+    rng = np.random.default_rng(11)
+    K = 768
+    W = rng.standard_normal((N, K), dtype=np.float32)
+    packed = _qgemm.pack(W, isa=isa, geglu=epilogue == "geglu")
+    bias = rng.standard_normal(N, dtype=np.float32) if with_bias else None
+    A = rng.standard_normal((333, K), dtype=np.float32)
+    C0 = rng.standard_normal((333, N // 2 if epilogue == "geglu" else N), dtype=np.float32)
+
+    def run(rows: slice, threads: int) -> np.ndarray:
+        out = C0[rows].copy() if epilogue == "accum" else None
+        return _qgemm.gemm(A[rows], packed, N, K, bias=bias, epilogue=epilogue, out=out,
+                           threads=threads, isa=isa)
+
+    full = run(slice(0, 333), 1)
+    for threads in (2, 3):
+        assert np.array_equal(run(slice(0, 333), threads), full)
+    for r in (0, 5, 13, 14, 100, 331, 332):
+        for size in (1, 7, 64):
+            start = min(max(r - size // 2, 0), 333 - size)
+            for threads in (1, 2):
+                part = run(slice(start, start + size), threads)
+                assert np.array_equal(part[r - start], full[r]), (r, size, threads)
+
+
+@pytest.mark.parametrize("isa", ISAS, ids=IDS)
+def test_strided_rows(isa: int) -> None:
+    rng = np.random.default_rng(7)
+    M, K, N = 29, 40, 37
+    big_a = rng.standard_normal((M, K + 9), dtype=np.float32)
+    W = rng.standard_normal((N, K), dtype=np.float32)
+    big_c = np.full((M, N + 5), 7.0, np.float32)
+    packed = _qgemm.pack(W, isa=isa)
+    _qgemm.gemm(big_a[:, 3:3 + K], packed, N, K, out=big_c[:, 2:2 + N], isa=isa)
+    want = _qgemm.gemm(np.ascontiguousarray(big_a[:, 3:3 + K]), packed, N, K, isa=isa)
+    assert np.array_equal(big_c[:, 2:2 + N], want)
+    assert (big_c[:, :2] == 7).all() and (big_c[:, 2 + N:] == 7).all()
+
+
+def test_packing_is_deterministic_and_aligned() -> None:
+    W = np.random.default_rng(3).standard_normal((70, 45), dtype=np.float32)
+    for isa in ISAS:
+        for geglu in (False, True):
+            first = _qgemm.pack(W, isa=isa, geglu=geglu)
+            assert first.ctypes.data % 64 == 0
+            assert np.array_equal(first, _qgemm.pack(W.copy(), isa=isa, geglu=geglu))
+
+
+def test_refuses_bad_arguments() -> None:
+    W = np.ones((4, 3), np.float32)
+    packed = _qgemm.pack(W)
+    A = np.ones((2, 3), np.float32)
+    with pytest.raises(ValueError, match="packed"):
+        _qgemm.gemm(A, packed[:-1], 4, 3)
+    with pytest.raises(ValueError, match="accum"):
+        _qgemm.gemm(A, packed, 4, 3, epilogue="accum")
+    with pytest.raises(ValueError, match="epilogue"):
+        _qgemm.gemm(A, packed, 4, 3, epilogue="silu")
+    with pytest.raises(ValueError, match="A must"):
+        _qgemm.gemm(np.ones((2, 5), np.float32), packed, 4, 3)
+    with pytest.raises(ValueError, match="isa"):
+        _qgemm.gemm(A, packed, 4, 3, isa=_qgemm.isa_detect() + 1)
+    with pytest.raises(ValueError, match="even"):
+        _qgemm.pack(np.ones((3, 3), np.float32), geglu=True)
