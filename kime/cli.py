@@ -289,7 +289,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--log-level", default=None, help="uvicorn log level (env KIME_LOG_LEVEL, "
                    "LAYA_LOG_LEVEL; default info)")
     s.set_defaults(run=_serve)
+
+    b = sub.add_parser("bench", help="run the benchmarks in a source checkout's bench/ folder",
+                       description="Run `python -m bench` (end to end, beside Laya when it is "
+                       "importable), or `--what gemm|attention|qgemm|load|reference`; every "
+                       "other argument goes to that bench. The benches live in the source tree, "
+                       "not in the installed package.", add_help=True)
+    b.add_argument("--what", default="", choices=["", "gemm", "attention", "qgemm", "load",
+                                                   "reference"], help="which bench (default: "
+                   "end to end)")
+    b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the bench")
+    b.set_defaults(run=_bench)
     return parser
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import importlib.util
+    import os
+    import subprocess
+
+    module = "bench" + ("." + args.what if args.what else "")
+    if importlib.util.find_spec("bench") is None or importlib.util.find_spec(module) is None:
+        raise _Usage("the benches live in a kime source checkout (its bench/ folder); run "
+                     "`kime bench` from the checkout's root")
+    # The machine notes: OpenBLAS's CORETYPE and L2 overrides slow a current numpy, so the
+    # benches run without them (the end-to-end bench also re-executes itself for the same reason).
+    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    rest = [a for a in args.rest if a != "--"]
+    return subprocess.call([sys.executable, "-m", module] + rest, env=env)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

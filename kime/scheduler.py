@@ -46,9 +46,10 @@ class Scheduler:
         self._thread: Optional[threading.Thread] = None
         self._held: Optional[Work] = None  # a submission that did not fit: it leads the next batch
         self._start_lock = threading.Lock()
-        self.batches = 0
-        self.merged = 0
-        self.dropped = 0
+        self.runs = 0  # forward runs: each takes one or more merged submissions
+        self.batches = 0  # backend batches those runs took
+        self.merged = 0  # submissions that shared a run with an earlier one
+        self.dropped = 0  # cancelled before their turn
 
     def submit(self, rows: Sequence[Row], qtypes: Sequence[int], cache: bool = True) -> "Future[Tuple[RowOutputs, int]]":
         """Queue rows; the future gives (outputs per row, backend batches of the merged run)."""
@@ -115,6 +116,7 @@ class Scheduler:
             for w in works:
                 w.future.set_exception(e)
             return
+        self.runs += 1
         self.batches += batches
         self.merged += len(works) - 1
         at = 0

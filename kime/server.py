@@ -254,6 +254,9 @@ class Metrics:
             metric("kime_rejected_busy_total", "counter", "Requests refused with 503 (queue full).",
                    [("", self.rejected_busy)])
         sched = engine.scheduler
+        metric("kime_scheduler_runs_total", "counter",
+               "Forward runs of the scheduler, each over one or more merged requests.",
+               [("", sched.runs)])
         metric("kime_scheduler_batches_total", "counter", "Backend batches run.",
                [("", sched.batches)])
         metric("kime_scheduler_merged_total", "counter",
@@ -381,6 +384,25 @@ def check_batch_limits(states: Any, questions: Any) -> None:
                             % (len(states), MAX_BATCH_STATES))
     for state in states:
         check_request_limits(state, questions)
+
+
+def check_model(requested: Any, served: str) -> None:
+    """A request may name the model this server runs, or a name that pins nothing (a Jev id
+    such as "jev-1", which laya serve routes automatically). Naming another checkpoint -- one of
+    Laya's aliases or a path or Hub id -- is a 422: answering it with this model would be a
+    wrong answer, not a routing choice."""
+    if requested is None or not isinstance(requested, str) or not requested.strip():
+        return
+    text = requested.strip()
+    if text == served or text.lower() == served.lower():
+        return
+    from .hub import ALIASES, MODELS
+
+    key = text.lower()
+    if key in ALIASES or key in MODELS or "/" in text or "\\" in text:
+        raise HTTPException(status_code=422, detail=(
+            "unknown model %r: this server runs %r only; omit model, or send it to a server that "
+            "runs %r" % (text, served, text)))
 
 
 def _refusals(body: Dict[str, Any], batch: bool) -> None:
@@ -641,6 +663,7 @@ def create_app(engine: Any, settings: Optional[Settings] = None) -> Any:
         if _has_lone_surrogate(body):
             raise HTTPException(status_code=400, detail=_LONE_SURROGATE_DETAIL)
         _controls(body, batch=False)
+        check_model(body.get("model"), engine.model_id)
         max_len = _budget(body, "max_len", settings.max_token_budget)
         head_max_len = _budget(body, "head_max_len", settings.max_token_budget)
         result, ms = await infer(partial(agent.predict, state, questions, max_len=max_len,
@@ -662,6 +685,7 @@ def create_app(engine: Any, settings: Optional[Settings] = None) -> Any:
         if _has_lone_surrogate(body):
             raise HTTPException(status_code=400, detail=_LONE_SURROGATE_DETAIL)
         _controls(body, batch=True)
+        check_model(body.get("model"), engine.model_id)
         max_len = _budget(body, "max_len", settings.max_token_budget)
         head_max_len = _budget(body, "head_max_len", settings.max_token_budget)
         results, ms = await infer(partial(agent.predict_batch, states, questions,

@@ -50,7 +50,7 @@ def test_idle_runs_at_once_then_queued_work_merges_within_the_budget():
     assert runner.runs == [[1], [2, 3, 4], [5], [6]]
     # Each caller got its own rows' outputs back.
     assert [float(f.result()[0][0][0][0]) for f in later] == [2.0, 3.0, 4.0]
-    assert s.merged == 2
+    assert s.merged == 2 and s.runs == 4
     s.close()
 
 

@@ -238,10 +238,10 @@ def test_ready_and_models(server):
 
 
 def test_concurrent_clients(server, agent):
-    states = ["client %d says: my invoice %d is wrong" % (i, i * 7) for i in range(32)]
+    states = ["client %d says: my invoice %d is wrong" % (i, i * 7) for i in range(64)]
     want = {s: _expected(agent, s) for s in states}
     got, errors = {}, []
-    barrier = threading.Barrier(32)
+    barrier = threading.Barrier(64)
 
     def client(state):
         try:
@@ -259,6 +259,20 @@ def test_concurrent_clients(server, agent):
     assert not errors
     for s in states:
         assert got[s] == (200, want[s])
+
+
+def test_unknown_model_is_refused_and_a_jev_id_is_not(server, agent):
+    for other in ("laya-multilingual", "org/other-checkpoint", "./elsewhere"):
+        status, data, _ = server.post("/v1/systemone", {"state": "hi", "questions": QUESTIONS,
+                                                        "model": other})
+        assert status == 422, other
+        assert "unknown model %r" % other in data["detail"]
+    status, data, _ = server.post("/v1/systemone", {"state": "hi", "questions": QUESTIONS,
+                                                    "model": "jev-1"})
+    assert status == 200 and data == _expected(agent, "hi")
+    status, _, _ = server.post("/v1/systemone", {"state": "hi", "questions": QUESTIONS,
+                                                 "model": TINY})
+    assert status == 200
 
 
 def test_metrics_parse(server):
