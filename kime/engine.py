@@ -168,12 +168,17 @@ class Kime:
         """`decide` for asyncio: the layout runs on a worker thread and the forward pass on the
         scheduler's, so the loop never blocks. Cancelling the task before its rows reach the
         device drops them without a forward pass."""
+        return (await self.decide_batch_async([request], cache))[0]
+
+    async def decide_batch_async(self, requests: Sequence[RequestLike],
+                                 cache: bool = True) -> List[Response]:
+        """`decide_batch` for asyncio (see `decide_async`)."""
         import asyncio  # here, not at import: it costs a third of `import kime`
 
         loop = asyncio.get_running_loop()
-        jobs = await loop.run_in_executor(None, self._prepare, [request], cache)
+        jobs = await loop.run_in_executor(None, self._prepare, requests, cache)
         outputs, _ = await asyncio.wrap_future(self._submit(jobs, cache))
-        return self._responses(jobs, outputs)[0]
+        return self._responses(jobs, outputs)
 
     def close(self) -> None:
         """Finish queued work and stop the scheduler's thread. The engine can be used again."""

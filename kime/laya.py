@@ -5,7 +5,7 @@ noise), and raise Laya's argument errors. A Laya user changes one import.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .engine import Kime
 from .request import Request, check_questions, check_questions_arg, check_states, raise_if
@@ -34,23 +34,52 @@ class Agent:
 
         `batch_size` caps the states per forward pass (memory); it never changes an answer.
         """
+        answered, chunks = self._plan(states, questions, batch_size, max_len, head_max_len)
+        if answered is not None:
+            return answered
+        out: List[Dict[str, Any]] = []
+        for chunk in chunks:
+            out.extend(r.to_dict() for r in self.engine.decide_batch(chunk))
+        return out
+
+    async def predict_batch_async(self, states: List[State], questions: Dict[Any, Dict[str, Any]],
+                                  batch_size: Optional[int] = None, max_len: Optional[int] = None,
+                                  head_max_len: Optional[int] = None) -> List[Dict[str, Any]]:
+        """`predict_batch` for asyncio: cancelling the task drops rows not yet on the device."""
+        answered, chunks = self._plan(states, questions, batch_size, max_len, head_max_len)
+        if answered is not None:
+            return answered
+        out: List[Dict[str, Any]] = []
+        for chunk in chunks:
+            out.extend(r.to_dict() for r in await self.engine.decide_batch_async(chunk))
+        return out
+
+    async def predict_async(self, state: State, questions: Dict[Any, Dict[str, Any]],
+                            max_len: Optional[int] = None,
+                            head_max_len: Optional[int] = None) -> Dict[str, Any]:
+        """`predict` for asyncio."""
+        return (await self.predict_batch_async([state], questions, max_len=max_len,
+                                               head_max_len=head_max_len))[0]
+
+    def _plan(self, states: Any, questions: Any, batch_size: Optional[int],
+              max_len: Optional[int], head_max_len: Optional[int]
+              ) -> Tuple[Optional[List[Dict[str, Any]]], List[List[Request]]]:
+        """Laya's argument checks, then (the finished answer, []) for the calls Laya answers
+        without a forward pass, or (None, the requests in `batch_size` chunks)."""
         arg_problems = check_states(states) + check_questions_arg(questions)
         raise_if([], arg_problems)
         states = list(states)
         if not states:
-            return []
+            return [], []
         if not questions:
             return [{"model": "laya-rl-agent", "answers": {},
-                     "usage": {"input_tokens": 0, "output_tokens": 0}} for _ in states]
+                     "usage": {"input_tokens": 0, "output_tokens": 0}} for _ in states], []
         _, problems = check_questions(questions)
         raise_if(problems)
         reqs = [Request(state=s, questions=questions, max_len=max_len, head_max_len=head_max_len)
                 for s in states]
-        chunk = batch_size if (batch_size and batch_size > 0) else len(reqs)
-        out: List[Dict[str, Any]] = []
-        for start in range(0, len(reqs), chunk):
-            out.extend(r.to_dict() for r in self.engine.decide_batch(reqs[start:start + chunk]))
-        return out
+        size = batch_size if (batch_size and batch_size > 0) else len(reqs)
+        return None, [reqs[start:start + size] for start in range(0, len(reqs), size)]
 
     def system_one(self, state: State, questions: Dict[Any, Dict[str, Any]],
                    max_len: Optional[int] = None, head_max_len: Optional[int] = None) -> Dict[str, Any]:

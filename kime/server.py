@@ -23,7 +23,6 @@ import uuid
 from bisect import bisect_left
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from functools import partial
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from fastapi import FastAPI, HTTPException, Request
@@ -196,6 +195,7 @@ class Metrics:
         self.truncated_requests = 0
         self.answered_states = 0
         self.rejected_busy = 0
+        self.disconnected = 0
 
     def observe(self, method: str, path: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -253,6 +253,9 @@ class Metrics:
                    [("", self.truncated_requests)])
             metric("kime_rejected_busy_total", "counter", "Requests refused with 503 (queue full).",
                    [("", self.rejected_busy)])
+            metric("kime_client_disconnects_total", "counter",
+                   "Requests whose client hung up before the answer (their queued work dropped).",
+                   [("", self.disconnected)])
         sched = engine.scheduler
         metric("kime_scheduler_runs_total", "counter",
                "Forward runs of the scheduler, each over one or more merged requests.",
@@ -569,11 +572,23 @@ def create_app(engine: Any, settings: Optional[Settings] = None) -> Any:
         except (ValueError, RecursionError):
             raise HTTPException(status_code=400, detail="request body must be valid JSON") from None
 
-    async def infer(fn: Callable[[], Any]) -> Tuple[Any, float]:
-        loop = asyncio.get_running_loop()
+    async def until_done_or_gone(request: Request, work: Any) -> Any:
+        """Await `work`, cancelling it if the client hangs up first: rows still queued for the
+        device are then dropped instead of costing a forward pass nobody will read."""
+        task = asyncio.ensure_future(work)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=0.05)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                metrics.disconnected += 1
+                raise HTTPException(status_code=499, detail="client closed the request")
+
+    async def infer(request: Request, work: Any) -> Tuple[Any, float]:
         t0 = time.perf_counter()
         try:
-            out = await loop.run_in_executor(pool, fn)
+            out = await until_done_or_gone(request, work)
         except InvalidRequest as e:
             # laya answers a ValueError from predict with 422 and `detail: str(e)`; kime's text is
             # laya's for one problem and lists them all for several. `problems` adds every problem
@@ -596,6 +611,8 @@ def create_app(engine: Any, settings: Optional[Settings] = None) -> Any:
     async def lifespan(_app: Any):
         nonlocal pool
         pool = ThreadPoolExecutor(max_workers=settings.workers, thread_name_prefix="kime-serve")
+        # Validation and layout run on this bounded pool; the forward pass on the scheduler.
+        asyncio.get_running_loop().set_default_executor(pool)
         try:
             yield
         finally:
@@ -666,8 +683,8 @@ def create_app(engine: Any, settings: Optional[Settings] = None) -> Any:
         check_model(body.get("model"), engine.model_id)
         max_len = _budget(body, "max_len", settings.max_token_budget)
         head_max_len = _budget(body, "head_max_len", settings.max_token_budget)
-        result, ms = await infer(partial(agent.predict, state, questions, max_len=max_len,
-                                         head_max_len=head_max_len))
+        result, ms = await infer(request, agent.predict_async(
+            state, questions, max_len=max_len, head_max_len=head_max_len))
         metrics.answered([result])
         return timed(with_jev_confidence(result), ms)
 
@@ -688,9 +705,9 @@ def create_app(engine: Any, settings: Optional[Settings] = None) -> Any:
         check_model(body.get("model"), engine.model_id)
         max_len = _budget(body, "max_len", settings.max_token_budget)
         head_max_len = _budget(body, "head_max_len", settings.max_token_budget)
-        results, ms = await infer(partial(agent.predict_batch, states, questions,
-                                          batch_size=body.get("batch_size"), max_len=max_len,
-                                          head_max_len=head_max_len))
+        results, ms = await infer(request, agent.predict_batch_async(
+            states, questions, batch_size=body.get("batch_size"), max_len=max_len,
+            head_max_len=head_max_len))
         metrics.answered(results)
         return timed({"results": [with_jev_confidence(r) for r in results],
                       "total_usage": {

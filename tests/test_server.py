@@ -356,3 +356,38 @@ def test_settings_precedence(tmp_path):
     assert (s.port, s.threads) == (9003, 4)
     with pytest.raises(ValueError):
         load_settings({}, environ={"LAYA_PORT": "99999"})
+
+
+def _metric(server, name: str) -> float:
+    _, data, _ = server.get("/metrics")
+    for line in data.decode().splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError("no metric %s" % name)
+
+
+def test_a_client_that_hangs_up_costs_no_forward_pass(server):
+    """A request queued behind a long batch is dropped when its client closes the socket."""
+    import socket
+
+    questions = {"q%d" % i: {"type": "choice", "instructions": "Pick one of these %d" % i,
+                             "criteria": ["alpha", "beta", "gamma", "delta"]} for i in range(48)}
+    states = ["a long state number %d: " % i + "words " * 80 for i in range(48)]
+    busy = threading.Thread(target=server.post, args=("/v1/systemone/batch",
+                                                      {"states": states, "questions": questions}))
+    dropped = _metric(server, "kime_scheduler_dropped_total")
+    busy.start()
+    time.sleep(0.3)  # the big batch is on the device now
+    body = json.dumps({"state": "nobody will read this", "questions": QUESTIONS}).encode()
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
+                 b"\r\nauthorization: Bearer " + KEYS[0].encode() + b"\r\ncontent-length: "
+                 + str(len(body)).encode() + b"\r\n\r\n" + body)
+    time.sleep(0.2)
+    sock.close()
+    busy.join(60)
+    deadline = time.time() + 10
+    while time.time() < deadline and _metric(server, "kime_client_disconnects_total") < 1:
+        time.sleep(0.1)
+    assert _metric(server, "kime_client_disconnects_total") >= 1
+    assert _metric(server, "kime_scheduler_dropped_total") >= dropped + 1
