@@ -49,6 +49,7 @@ class Scheduler:
         self.runs = 0  # forward runs: each takes one or more merged submissions
         self.batches = 0  # backend batches those runs took
         self.merged = 0  # submissions that shared a run with an earlier one
+        self.rows = 0  # rows handed to the runner
         self.dropped = 0  # cancelled before their turn
 
     def submit(self, rows: Sequence[Row], qtypes: Sequence[int], cache: bool = True) -> "Future[Tuple[RowOutputs, int]]":
@@ -117,6 +118,7 @@ class Scheduler:
                 w.future.set_exception(e)
             return
         self.runs += 1
+        self.rows += len(rows)
         self.batches += batches
         self.merged += len(works) - 1
         at = 0

@@ -262,6 +262,8 @@ class Metrics:
                [("", sched.runs)])
         metric("kime_scheduler_batches_total", "counter", "Backend batches run.",
                [("", sched.batches)])
+        metric("kime_scheduler_rows_total", "counter", "Rows (one per question and state) run.",
+               [("", sched.rows)])
         metric("kime_scheduler_merged_total", "counter",
                "Submissions merged into another caller's batch.", [("", sched.merged)])
         metric("kime_scheduler_dropped_total", "counter",
