@@ -95,9 +95,6 @@ def check_options(device: Optional[str], precision: Optional[str], threads: int)
         raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
     if kind == "cuda":
         raise Unsupported(_cuda_unavailable(ordinal))
-    if prec == "int8":
-        raise Unsupported("precision='int8' needs the compiled INT8 CPU kernels, which this build "
-                          "does not have yet; use 'f32'")
     return kind, ordinal, prec
 
 
@@ -108,12 +105,15 @@ def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str]
     On the CPU that is the compiled backend; `KIME_CPU_BACKEND=reference` picks the NumPy
     reference instead (slow; the oracle the tests compare against).
     """
-    check_options(device, precision, threads)
+    _, _, prec = check_options(device, precision, threads)
     from ._cpu.backend import CpuBackend, ReferenceBackend
 
     choice = os.environ.get("KIME_CPU_BACKEND", "compiled").strip().lower()
     if choice == "reference":
+        if prec == "int8":
+            raise Unsupported("precision='int8' runs on the compiled CPU backend, not the NumPy "
+                              "reference (KIME_CPU_BACKEND=reference)")
         return ReferenceBackend(ck, threads or cpu_count())
     if choice != "compiled":
         raise BadOption("KIME_CPU_BACKEND=%r: use 'compiled' (the default) or 'reference'" % choice)
-    return CpuBackend(ck, threads or cpu_count(), preload=preload)
+    return CpuBackend(ck, threads or cpu_count(), preload=preload, int8=prec == "int8")

@@ -179,7 +179,7 @@ def _convert(args: argparse.Namespace) -> int:
     if how is None:
         raise Unsupported("the %s backend keeps no packed weights to convert (unset "
                           "KIME_CPU_BACKEND to use the compiled one)" % backend.describe())
-    path = os.path.join(cache_dir(), _key(engine._ck, backend.isa_name) + ".kpack")
+    path = os.path.join(cache_dir(), _key(engine._ck, backend.isa_name, backend.precision) + ".kpack")
     if not os.path.isfile(path):
         raise OSError("packed the weights for %s, but could not write the cache file %s "
                       "(is the directory writable? set KIME_CACHE to move it)"

@@ -30,7 +30,7 @@ QUESTIONS = {
 STATE = "My invoice is wrong and I was charged twice for the same order, please help. "
 
 
-def _engine(path, monkeypatch=None, backend="compiled", **kw) -> kime.Kime:
+def _engine(path, backend="compiled", **kw) -> kime.Kime:
     old = os.environ.get("KIME_CPU_BACKEND")
     os.environ["KIME_CPU_BACKEND"] = backend
     try:
@@ -212,3 +212,39 @@ def test_golden_rows_compiled_against_reference(pair):
         for (gl, ga), (wl, wa) in zip(got, want):
             np.testing.assert_allclose(gl, wl, rtol=0, atol=LOGIT_TOL, err_msg=case["id"])
             np.testing.assert_allclose(ga, wa, rtol=0, atol=PROB_TOL, err_msg=case["id"])
+
+
+def test_int8_is_close_to_fp32_and_deterministic(tmp_path, monkeypatch):
+    """INT8 GEMMs in the encoder and decision head: further from Laya than FP32 by design,
+    but close, and the same bits at any thread count and in any batch."""
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    f32 = _engine(path, threads=2, precision="f32")
+    int8 = _engine(path, threads=2, precision="int8")
+    assert "INT8" in int8.device
+    reqs = _requests(7, 24)
+    agree = total = 0
+    worst = 0.0
+    for req in reqs:
+        a, b = f32.decide(req, cache=False), int8.decide(req, cache=False)
+        for qid in req["questions"]:
+            total += 1
+            agree += int(np.argmax(a[qid].probabilities) == np.argmax(b[qid].probabilities))
+            worst = max(worst, float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
+            assert a[qid].logits.tobytes() != b[qid].logits.tobytes()  # it really is INT8
+    assert agree / total >= 0.85 and worst <= 0.15, (agree, total, worst)
+    one = _engine(path, threads=1, precision="int8")
+    together = int8.decide_batch(reqs[::-1], cache=False)[::-1]
+    for req, got in zip(reqs, together):
+        alone = one.decide(req, cache=False)
+        for qid in req["questions"]:
+            assert got[qid].logits.tobytes() == alone[qid].logits.tobytes()
+    # The two precisions are cached side by side, each under its own key.
+    names = sorted(p.name for p in Path(packed.cache_dir()).glob("*.kpack"))
+    assert len(names) == 2 and any("-int8-" in n for n in names) and any("-f32-" in n for n in names)
+
+
+def test_int8_is_refused_on_the_reference(tmp_path):
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    with pytest.raises(kime.Unsupported, match="int8"):
+        _engine(path, backend="reference", precision="int8")

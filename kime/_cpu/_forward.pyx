@@ -18,6 +18,9 @@ cdef extern from "kernels.h":
     size_t kime_gemm_scratch_floats(int isa, int K, int nthreads) nogil
     size_t kime_attention_scratch_floats(int hd, int nthreads) nogil
 
+cdef extern from "qgemm.h":
+    size_t kime_qgemm_scratch_bytes(int isa, int K, int nthreads) nogil
+
 cdef extern from "forward.h":
     enum: KIME_MAX_LAYERS
     ctypedef struct kime_layer:
@@ -35,7 +38,7 @@ cdef extern from "forward.h":
         const float *down_b
         int is_global
     ctypedef struct kime_model:
-        int isa, d, vocab, layers, heads, inter, half_window
+        int isa, int8, d, vocab, layers, heads, inter, half_window
         float norm_eps
         const uint16_t *tok_emb
         const float *emb_norm_w
@@ -75,6 +78,7 @@ cdef extern from "forward.h":
         float *act_h
         float *gemm_scratch
         float *attn_scratch
+        void *qgemm_scratch
     int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
                      const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
                      const int32_t *qtype, float *logits, float *act, int nthreads) nogil
@@ -101,6 +105,17 @@ cdef const float *_f32(dict arrays, str name) except? NULL:
     return <const float *> cnp.PyArray_DATA(arr)
 
 
+cdef const float *_weight(dict arrays, str name, bint int8) except? NULL:
+    """A GEMM weight: packed FP32 panels, or qgemm's packed bytes when the model is INT8."""
+    arr = arrays.get(name)
+    if arr is None:
+        return NULL
+    want = np.uint8 if int8 else np.float32
+    if arr.dtype != want or not arr.flags.c_contiguous:
+        raise ValueError("weight %s must be C-contiguous %s" % (name, np.dtype(want).name))
+    return <const float *> cnp.PyArray_DATA(arr)
+
+
 cdef class Model:
     """The C model over a blob's arrays. `arrays` maps entry names to arrays (see weights.py)."""
 
@@ -117,6 +132,7 @@ cdef class Model:
             raise ValueError("kime's CPU forward runs at most %d layers" % KIME_MAX_LAYERS)
         m = &self.m
         m.isa = isa
+        m.int8 = int(spec.get("int8", 0))
         m.d = self.d = spec["d"]
         m.vocab = spec["vocab"]
         m.layers = spec["layers"]
@@ -162,15 +178,15 @@ cdef class Model:
         a = self.arrays
         L.norm_w = _f32(a, p + "norm.w")
         L.norm_b = _f32(a, p + "norm.b")
-        L.qkv = _f32(a, p + "qkv")
+        L.qkv = _weight(a, p + "qkv", self.m.int8)
         L.qkv_b = _f32(a, p + "qkv.b")
-        L.out = _f32(a, p + "out")
+        L.out = _weight(a, p + "out", self.m.int8)
         L.out_b = _f32(a, p + "out.b")
         L.norm2_w = _f32(a, p + "norm2.w")
         L.norm2_b = _f32(a, p + "norm2.b")
-        L.up = _f32(a, p + "up")
+        L.up = _weight(a, p + "up", self.m.int8)
         L.up_b = _f32(a, p + "up.b")
-        L.down = _f32(a, p + "down")
+        L.down = _weight(a, p + "down", self.m.int8)
         L.down_b = _f32(a, p + "down.b")
         L.is_global = 1
 
@@ -215,6 +231,9 @@ cdef class Arena:
             "act_h": max_tokens * ACT_HIDDEN,
             "gemm_scratch": gemm_scratch,
             "attn_scratch": kime_attention_scratch_floats(hd, threads),
+            # qgemm's scratch in bytes, as floats; none for an FP32 model.
+            "qgemm_scratch": (max(kime_qgemm_scratch_bytes(isa, k, threads)
+                                  for k in (d, inter, 4 * d)) + 3) // 4 if spec.get("int8") else 1,
         }
         self.buffers = []
         self.nbytes = 0
@@ -241,3 +260,4 @@ cdef class Arena:
         self.a.act_h = <float *> cnp.PyArray_DATA(ptrs["act_h"])
         self.a.gemm_scratch = <float *> cnp.PyArray_DATA(ptrs["gemm_scratch"])
         self.a.attn_scratch = <float *> cnp.PyArray_DATA(ptrs["attn_scratch"])
+        self.a.qgemm_scratch = <void *> cnp.PyArray_DATA(ptrs["qgemm_scratch"])

@@ -57,18 +57,21 @@ class CpuBackend:
     name = "cpu"
 
     def __init__(self, ck: Checkpoint, threads: int, preload: bool = False,
-                 use_cache: bool = True):
+                 use_cache: bool = True, int8: bool = False):
         from threadpoolctl import ThreadpoolController
 
-        from . import _forward, _gemm
+        from . import _forward, _gemm, _qgemm
         from .weights import load_packed, spec_of
 
         self.threads = threads
+        self.int8 = int8
+        self.precision = "int8" if int8 else "f32"
         self.isa = _forward.isa_detect()
         self.isa_name = _forward.isa_name(self.isa)
-        self.spec = spec_of(ck)
-        self._arrays, self.weights_from = load_packed(ck, self.isa, self.isa_name, _gemm.pack,
-                                                      use_cache=use_cache)
+        self.spec = spec_of(ck, int8=int8)
+        self._arrays, self.weights_from = load_packed(
+            ck, self.isa, self.isa_name, _gemm.pack, use_cache=use_cache,
+            qpack=_qgemm.pack if int8 else None)
         self._model = _forward.Model(self._arrays, self.spec, self.isa, threads)
         self._plans: Dict[int, Plan] = {}
         self._blas = ThreadpoolController()
@@ -95,6 +98,9 @@ class CpuBackend:
                       plans=sum(p.nbytes for p in self._plans.values()))
 
     def describe(self) -> str:
+        if self.int8:
+            return "cpu (%s INT8 GEMMs, FP32 attention and heads, %d threads)" % (
+                self.isa_name, self.threads)
         return "cpu (%s FP32 kernels, %d threads)" % (self.isa_name, self.threads)
 
 

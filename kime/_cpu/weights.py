@@ -61,9 +61,10 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()[:32]
 
 
-def spec_of(ck: Checkpoint) -> Dict[str, object]:
+def spec_of(ck: Checkpoint, int8: bool = False) -> Dict[str, object]:
     enc = ck.encoder
     return {
+        "int8": int(int8),
         "d": enc.hidden, "vocab": enc.vocab, "layers": enc.layers, "heads": enc.heads,
         "inter": enc.intermediate, "half_window": enc.half_window, "norm_eps": enc.norm_eps,
         "max_pos": max(MAX_POSITIONS, ck.config.max_len), "head_layers": ck.config.head_layers,
@@ -72,9 +73,11 @@ def spec_of(ck: Checkpoint) -> Dict[str, object]:
     }
 
 
-def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray]) -> List[Tuple[str, Callable[[], np.ndarray]]]:
+def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
+             qpack: Optional[Callable[..., np.ndarray]] = None) -> List[Tuple[str, Callable[[], np.ndarray]]]:
     """(name, producer) for every array of the blob, producers called one at a time so the
-    FP32 copies of the whole checkpoint never sit in memory together."""
+    FP32 copies of the whole checkpoint never sit in memory together. With `qpack`, the encoder
+    and decision-head GEMM weights are packed as INT8; the scorer and act head stay FP32."""
     w = ck.weights
     enc = ck.encoder
     out: List[Tuple[str, Callable[[], np.ndarray]]] = []
@@ -83,8 +86,9 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray]) -> List[Tuple[str,
         if key in w:
             out.append((name, lambda: w.fresh(key)))
 
-    def mat(name: str, key: str, geglu: bool = False) -> None:
-        out.append((name, lambda: pack(w.fresh(key), geglu=geglu)))
+    def mat(name: str, key: str, geglu: bool = False, fp32: bool = False) -> None:
+        packer = pack if (fp32 or qpack is None) else qpack
+        out.append((name, lambda: packer(w.fresh(key), geglu=geglu)))
 
     out.append(("tok_emb", lambda: w.raw("encoder.embeddings.tok_embeddings.weight").view(np.uint16)))
     vec("emb_norm.w", "encoder.embeddings.norm.weight")
@@ -128,13 +132,13 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray]) -> List[Tuple[str,
         vec(q + "down.b", p + "linear2.bias")
     vec("scorer.norm.w", "scorer.0.weight")
     vec("scorer.norm.b", "scorer.0.bias")
-    mat("scorer.1", "scorer.1.weight")
+    mat("scorer.1", "scorer.1.weight", fp32=True)
     vec("scorer.1.b", "scorer.1.bias")
     out.append(("scorer.3", lambda: np.ascontiguousarray(w.fresh("scorer.3.weight")[0])))
     vec("scorer.3.b", "scorer.3.bias")
-    mat("act.0", "act_head.0.weight")
+    mat("act.0", "act_head.0.weight", fp32=True)
     vec("act.0.b", "act_head.0.bias")
-    mat("act.2", "act_head.2.weight")
+    mat("act.2", "act_head.2.weight", fp32=True)
     vec("act.2.b", "act_head.2.bias")
     return out
 
@@ -148,10 +152,11 @@ def _rope(ck: Checkpoint, theta: float) -> Tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(cos[:, : hd // 2]), np.ascontiguousarray(sin[:, : hd // 2])
 
 
-def _key(ck: Checkpoint, isa_name: str) -> str:
+def _key(ck: Checkpoint, isa_name: str, precision: str = "f32") -> str:
     from .. import __version__
 
-    return "%s-%s-kime%s-layout%d" % (fingerprint(ck.path), isa_name, __version__, LAYOUT_VERSION)
+    return "%s-%s-%s-kime%s-layout%d" % (fingerprint(ck.path), isa_name, precision, __version__,
+                                         LAYOUT_VERSION)
 
 
 def _checksum(mm: np.ndarray) -> int:
@@ -224,16 +229,19 @@ def _read(path: str, key: str) -> Optional[Dict[str, np.ndarray]]:
 
 
 def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.ndarray],
-                use_cache: bool = True) -> Tuple[Dict[str, np.ndarray], str]:
-    """The blob for `ck` on `isa`: mapped from the cache, or packed now (and cached).
-    Returns (arrays, how) with how "cache" or "packed"."""
-    key = _key(ck, isa_name)
+                use_cache: bool = True,
+                qpack: Optional[Callable[..., np.ndarray]] = None) -> Tuple[Dict[str, np.ndarray], str]:
+    """The blob for `ck` on `isa` (INT8 GEMM weights when `qpack` is given): mapped from the
+    cache, or packed now (and cached). Returns (arrays, how) with how "cache" or "packed"."""
+    key = _key(ck, isa_name, "int8" if qpack is not None else "f32")
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
         arrays = _read(path, key)
         if arrays is not None:
             return arrays, "cache"
-    entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu))
+    entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu),
+                       None if qpack is None else
+                       lambda w, geglu=False: qpack(w, isa=isa, geglu=geglu))
     if use_cache:
         try:
             _write(path, key, entries)

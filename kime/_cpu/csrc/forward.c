@@ -9,6 +9,7 @@
 
 #include "forward.h"
 #include "kernels.h"
+#include "qgemm.h"
 
 #define HEAD_EPS 1e-5f
 #define ACT_HIDDEN 256
@@ -79,6 +80,17 @@ static void embed(const kime_model *m, const int32_t *ids, int n, float *x, floa
     (void)nthreads;
 }
 
+/* An encoder or decision-head linear layer: INT8 when the model is, FP32 otherwise. */
+static void linear(const kime_model *m, const kime_arena *a, const float *A, int lda, int M, int K,
+                   int N, const float *W, const float *bias, int epi, float *C, int ldc,
+                   int nthreads) {
+    if (m->int8)
+        kime_qgemm(m->isa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->qgemm_scratch,
+                   nthreads);
+    else
+        kime_gemm(m->isa, A, lda, M, K, N, W, bias, epi, C, ldc, a->gemm_scratch, nthreads);
+}
+
 static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_layer *L,
                           const int32_t *cu, int rows, int n, int nthreads) {
     int d = m->d, hd = d / m->heads;
@@ -87,19 +99,17 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
         layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, m->norm_eps, nthreads);
         in = a->h;
     }
-    kime_gemm(m->isa, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d,
-              a->gemm_scratch, nthreads);
+    linear(m, a, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
     kime_rope(a->qkv, n, cu, rows, m->heads, hd, L->is_global ? m->cos_global : m->cos_local,
               L->is_global ? m->sin_global : m->sin_local, nthreads);
     kime_attention(a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window, a->attn, d,
                    a->attn_scratch, nthreads);
-    kime_gemm(m->isa, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d,
-              a->gemm_scratch, nthreads);
+    linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
-    kime_gemm(m->isa, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn,
-              m->inter, a->gemm_scratch, nthreads);
-    kime_gemm(m->isa, a->ffn, m->inter, n, m->inter, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x,
-              d, a->gemm_scratch, nthreads);
+    linear(m, a, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,
+           nthreads);
+    linear(m, a, a->ffn, m->inter, n, m->inter, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
+           nthreads);
 }
 
 /* nn.TransformerEncoderLayer with norm_first=True, ReLU, biases everywhere. */
@@ -107,17 +117,13 @@ static void head_layer(const kime_model *m, const kime_arena *a, const kime_laye
                        const int32_t *cu, int rows, int n, int nthreads) {
     int d = m->d;
     layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
-    kime_gemm(m->isa, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d,
-              a->gemm_scratch, nthreads);
+    linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
     kime_attention(a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, a->attn, d,
                    a->attn_scratch, nthreads);
-    kime_gemm(m->isa, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d,
-              a->gemm_scratch, nthreads);
+    linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
-    kime_gemm(m->isa, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d,
-              a->gemm_scratch, nthreads);
-    kime_gemm(m->isa, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
-              a->gemm_scratch, nthreads);
+    linear(m, a, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
+    linear(m, a, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d, nthreads);
 }
 
 /* The act head's four answer features: top1, top1 - top2, normalised entropy, k / 255. */
