@@ -37,7 +37,7 @@ def main() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         t = time.perf_counter()
-        engine = kime.Kime(path, device="cpu", threads=args.threads)
+        engine = kime.Kime(path, device="cpu", threads=args.threads, answer_cache=0)
         print("load %.2f s, %s" % (time.perf_counter() - t, engine.device))
     questions = {"q%d" % i: {"type": "choice", "instructions": "Which option fits best?",
                              "criteria": ["alpha", "beta", "gamma", "delta"]}

@@ -122,7 +122,7 @@ path, precision, threads, first, then = sys.argv[1:6]
 t0 = time.perf_counter()
 import kime
 t1 = time.perf_counter()
-agent = kime.load(path, device="cpu", precision=precision, threads=int(threads))
+agent = kime.load(path, device="cpu", precision=precision, threads=int(threads), answer_cache=0)
 t2 = time.perf_counter()
 def rss():
     # VmHWM: getrusage's ru_maxrss is inherited from the (big) bench process across fork and exec.
@@ -423,7 +423,8 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
 
     # kime, in this process.
     t0 = time.perf_counter()
-    agent = kime.load(path, device="cpu", precision=args.precision, threads=args.threads)
+    agent = kime.load(path, device="cpu", precision=args.precision, threads=args.threads,
+                      answer_cache=0)
     log("kime loaded in %.2f s: %s" % (time.perf_counter() - t0, agent.device))
     report["kime"] = {"version": kime.__version__, "device": agent.device,
                       "precision": args.precision, "threads": args.threads, "blas": blas_info()}

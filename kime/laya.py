@@ -93,6 +93,8 @@ class Agent:
 
 
 def load(model: str = "laya", device: str = "auto", precision: Optional[str] = None,
-         threads: int = 0) -> Agent:
-    """Load a checkpoint behind Laya's API. See `kime.Kime` for what `model` may be."""
-    return Agent(Kime(model, device=device, precision=precision or "f16", threads=threads))
+         threads: int = 0, answer_cache: int = 4096) -> Agent:
+    """Load a checkpoint behind Laya's API. See `kime.Kime` for what `model` may be and for the
+    answer cache (0 switches it off, as a benchmark must)."""
+    return Agent(Kime(model, device=device, precision=precision or "f16", threads=threads,
+                      answer_cache=answer_cache))
