@@ -135,51 +135,16 @@ static void qstore_portable(const int32_t *acc, int m, int n0, int nv, const qep
 }
 
 #ifdef KQ_X86
-/* ---- vector erf (as gemm.c: max error 1.1 ulp) ------------------------------------------- */
-static const float QERF_P[7] = {7.854098658e-05f, -8.010261226e-04f, 5.188334733e-03f,
-                                -2.685381472e-02f, 1.128358543e-01f, -3.761262596e-01f,
-                                1.283791661e-01f};
-static const float QERF_R[8] = {2.169771687e-05f, -4.414739087e-04f, 4.205291159e-03f,
-                                -2.521035820e-02f, 1.084221303e-01f, 6.332163811e-01f,
-                                1.129580379e+00f, -1.884714293e-04f};
-static const float QEXPM1_Q[5] = {1.381412381e-03f, 8.368900977e-03f, 4.166840762e-02f,
-                                  1.666651964e-01f, 4.999999404e-01f};
-#define QLN2_HI 0.693359375f
-#define QLN2_LO (-2.12194440e-4f)
-#define QLOG2E 1.44269504089f
+/* The GELU epilogue is gemm.c's, from the one shared header. */
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define T256 __attribute__((target("avx2,fma")))
+#include "vgelu.h"
 
 /* ---- AVX-512 VNNI: 14 x 32 tiles ---------------------------------------------------------- */
 
 #define VMR 14
 #define VNR 32
 #define V16(v) _mm512_set1_ps(v)
-
-TQ512 static inline __m512 qerf16(__m512 x)
-{
-    __m512 a = _mm512_min_ps(_mm512_abs_ps(x), V16(4.0f)), z = _mm512_mul_ps(a, a);
-    __m512 p = V16(QERF_P[0]), r = V16(QERF_R[0]), q = V16(QEXPM1_Q[0]);
-    for (int i = 1; i < 7; i++)
-        p = _mm512_fmadd_ps(p, z, V16(QERF_P[i]));
-    for (int i = 1; i < 8; i++)
-        r = _mm512_fmadd_ps(r, a, V16(QERF_R[i]));
-    __m512 small = _mm512_fmadd_ps(a, p, a);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(r, V16(-QLOG2E)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_fnmadd_ps(n, V16(QLN2_LO), _mm512_fnmsub_ps(n, V16(QLN2_HI), r));
-    for (int i = 1; i < 5; i++)
-        q = _mm512_fmadd_ps(q, f, V16(QEXPM1_Q[i]));
-    __m512 s = _mm512_fmadd_ps(_mm512_mul_ps(f, f), q, f), p2 = _mm512_scalef_ps(V16(1.0f), n);
-    __m512 big = _mm512_fnmadd_ps(s, p2, _mm512_sub_ps(V16(1.0f), p2));
-    __m512 y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, V16(1.0f), _CMP_LT_OQ), big, small);
-    return _mm512_castsi512_ps(_mm512_ternarylogic_epi32(
-        _mm512_castps_si512(y), _mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff), 0xe4));
-}
-
-TQ512 static inline __m512 qgelu16(__m512 x)
-{
-    return _mm512_mul_ps(_mm512_mul_ps(x, V16(0.5f)),
-                         _mm512_add_ps(V16(1.0f), qerf16(_mm512_mul_ps(x, V16(QSQRT1_2)))));
-}
 
 TQ512 static float quant512(const float *x, int K, int8_t *q)
 {
@@ -257,7 +222,7 @@ TQ512 static void qstore512(const int32_t *acc, int m, int n0, int nv, const qep
         for (int i = 0; i < m; i++, acc += VNR, C += e->ldc) {
             __m512 s = _mm512_set1_ps(sa[i]);
             __m512 x = deq16(acc, ca, s, swa, ba), g = deq16(acc + 16, cg, s, swg, bg);
-            _mm512_mask_storeu_ps(C + n0, k, _mm512_mul_ps(qgelu16(x), g));
+            _mm512_mask_storeu_ps(C + n0, k, _mm512_mul_ps(gelu16(x), g));
         }
         return;
     }
@@ -272,7 +237,7 @@ TQ512 static void qstore512(const int32_t *acc, int m, int n0, int nv, const qep
             __m512 x = deq16(acc + i * VNR + 16 * v, cc, _mm512_set1_ps(sa[i]), w, bias);
             switch (e->epi) {
             case KIME_EPI_ACCUM: x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c), x); break;
-            case KIME_EPI_GELU: x = qgelu16(x); break;
+            case KIME_EPI_GELU: x = gelu16(x); break;
             case KIME_EPI_RELU: x = _mm512_max_ps(_mm512_setzero_ps(), x); break;
             }
             _mm512_mask_storeu_ps(c, k, x);
@@ -285,36 +250,6 @@ TQ512 static void qstore512(const int32_t *acc, int m, int n0, int nv, const qep
 #define HQMR 4
 #define HQNR 16
 #define H8(v) _mm256_set1_ps(v)
-
-TQ256 static inline __m256 qerf8(__m256 x)
-{
-    __m256 sign = _mm256_and_ps(x, H8(-0.0f));
-    __m256 a = _mm256_min_ps(_mm256_andnot_ps(H8(-0.0f), x), H8(4.0f)), z = _mm256_mul_ps(a, a);
-    __m256 p = H8(QERF_P[0]), r = H8(QERF_R[0]), q = H8(QEXPM1_Q[0]);
-    for (int i = 1; i < 7; i++)
-        p = _mm256_fmadd_ps(p, z, H8(QERF_P[i]));
-    for (int i = 1; i < 8; i++)
-        r = _mm256_fmadd_ps(r, a, H8(QERF_R[i]));
-    __m256 small = _mm256_fmadd_ps(a, p, a);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(r, H8(-QLOG2E)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 f = _mm256_fnmadd_ps(n, H8(QLN2_LO), _mm256_fnmsub_ps(n, H8(QLN2_HI), r));
-    for (int i = 1; i < 5; i++)
-        q = _mm256_fmadd_ps(q, f, H8(QEXPM1_Q[i]));
-    __m256 s = _mm256_fmadd_ps(_mm256_mul_ps(f, f), q, f);
-    __m256 p2 = _mm256_castsi256_ps(
-        _mm256_add_epi32(_mm256_castps_si256(H8(1.0f)),
-                         _mm256_slli_epi32(_mm256_cvtps_epi32(n), 23)));
-    __m256 big = _mm256_fnmadd_ps(s, p2, _mm256_sub_ps(H8(1.0f), p2));
-    __m256 y = _mm256_blendv_ps(big, small, _mm256_cmp_ps(a, H8(1.0f), _CMP_LT_OQ));
-    return _mm256_or_ps(y, sign);
-}
-
-TQ256 static inline __m256 qgelu8(__m256 x)
-{
-    return _mm256_mul_ps(_mm256_mul_ps(x, H8(0.5f)),
-                         _mm256_add_ps(H8(1.0f), qerf8(_mm256_mul_ps(x, H8(QSQRT1_2)))));
-}
 
 TQ256 static inline __m256i qlanes8(int left)
 {
@@ -422,7 +357,7 @@ TQ256 static void qstore256(const int32_t *acc, int m, int n0, int nv, const qep
         for (int i = 0; i < m; i++, acc += HQNR, C += e->ldc) {
             __m256 s = _mm256_set1_ps(sa[i]);
             __m256 x = deq8(acc, ca, s, swa, ba), g = deq8(acc + 8, cg, s, swg, bg);
-            _mm256_maskstore_ps(C + n0, k, _mm256_mul_ps(qgelu8(x), g));
+            _mm256_maskstore_ps(C + n0, k, _mm256_mul_ps(gelu8(x), g));
         }
         return;
     }
@@ -437,7 +372,7 @@ TQ256 static void qstore256(const int32_t *acc, int m, int n0, int nv, const qep
             __m256 x = deq8(acc + i * HQNR + 8 * v, cc, _mm256_set1_ps(sa[i]), w, bias);
             switch (e->epi) {
             case KIME_EPI_ACCUM: x = _mm256_add_ps(_mm256_maskload_ps(c, k), x); break;
-            case KIME_EPI_GELU: x = qgelu8(x); break;
+            case KIME_EPI_GELU: x = gelu8(x); break;
             case KIME_EPI_RELU: x = _mm256_max_ps(_mm256_setzero_ps(), x); break;
             }
             _mm256_maskstore_ps(c, k, x);
