@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Union
 
 import numpy as np
 
@@ -237,7 +237,3 @@ class Response:
 
     def __getitem__(self, qid: Any) -> Answer:
         return self.answers[qid]
-
-
-def responses_to_dicts(responses: Sequence[Response]) -> List[Dict[str, Any]]:
-    return [r.to_dict() for r in responses]
