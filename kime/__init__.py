@@ -10,14 +10,16 @@ from .engine import Kime, Timing
 from .errors import (BadOption, CheckpointError, CheckpointFileMissing, InvalidArgument,
                      InvalidRequest, KimeError, ModelNotFound, NonFiniteLogits, TokenizerError,
                      TooLong, Unsupported)
+from .gate import GateReport, gate
 from .laya import Agent, load
 from .request import Request
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Agent", "Answer", "BadOption", "CheckpointError", "CheckpointFileMissing", "InvalidArgument",
+    "Agent", "Answer", "BadOption", "CheckpointError", "CheckpointFileMissing", "GateReport",
+    "InvalidArgument",
     "InvalidRequest", "Kime", "KimeError", "Memory", "ModelNotFound", "NonFiniteLogits", "Request",
-    "Response", "Timing", "TokenizerError", "TooLong", "Unsupported", "Usage", "load",
+    "Response", "Timing", "TokenizerError", "TooLong", "Unsupported", "Usage", "gate", "load",
     "__version__",
 ]

@@ -2,7 +2,8 @@
 
 Errors are one line on stderr without a traceback (`--verbose` shows it), and the exit code
 says what went wrong: 2 for a bad request or arguments, 3 for a model that is not found or does
-not load, 4 for a device or feature this machine cannot run, 1 for anything else.
+not load, 4 for a device or feature this machine cannot run, 5 for an INT8 gate that fails,
+1 for anything else.
 """
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import platform
 import sys
 from typing import Any, List, Optional
 
-from .errors import CheckpointError, InvalidRequest, KimeError, ModelNotFound, Unsupported
+from .errors import (BadOption, CheckpointError, InvalidRequest, KimeError, ModelNotFound,
+                     Unsupported)
 
-EXIT_USAGE, EXIT_MODEL, EXIT_DEVICE, EXIT_OTHER = 2, 3, 4, 1
+EXIT_USAGE, EXIT_MODEL, EXIT_DEVICE, EXIT_OTHER, EXIT_GATE = 2, 3, 4, 1, 5
 
 
 def _read_state(args: argparse.Namespace) -> Any:
@@ -209,6 +211,23 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gate(args: argparse.Namespace) -> int:
+    from .gate import builtin_requests, gate, load_requests
+
+    requests = load_requests(args.requests) if args.requests else builtin_requests(args.limit or 200)
+    progress = None if args.json else (lambda msg: print("kime gate: " + msg, file=sys.stderr))
+    report = gate(args.model, requests, threads=args.threads, threshold=args.threshold,
+                  limit=args.limit, progress=progress)
+    if args.requests:
+        report.source = args.requests
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(report.format())
+    return 0 if report.passed else EXIT_GATE
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kime", description="Laya's decision models without "
                                      "PyTorch: typed questions about a state, calibrated answers.")
@@ -290,6 +309,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "LAYA_LOG_LEVEL; default info)")
     s.set_defaults(run=_serve)
 
+    g = sub.add_parser("gate", help="compare INT8 with FP32 on a request set; pass or fail",
+                       description="Run a request set through the model in FP32 and in INT8 on "
+                       "the CPU and report the argmax agreement per question type, the largest "
+                       "and mean probability differences and, for labelled requests, accuracy "
+                       "and ECE under each precision. Exit 0 when every question type agrees "
+                       "at the threshold or better, 5 when not.")
+    g.add_argument("model", help="alias, hf://org/repo[/sub], org/repo or a checkpoint directory")
+    g.add_argument("--requests", default=None, help="JSON list or JSON lines of {state, "
+                   "questions[, labels]} (default: a built-in varied set of 200 requests)")
+    g.add_argument("--limit", type=int, default=None, help="use only the first N requests")
+    g.add_argument("--threshold", type=float, default=0.995, help="argmax agreement needed per "
+                   "question type (default 0.995)")
+    g.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
+    g.add_argument("--json", action="store_true", help="print the report as JSON")
+    g.set_defaults(run=_gate)
+
     b = sub.add_parser("bench", help="run the benchmarks in a source checkout's bench/ folder",
                        description="Run `python -m bench` (end to end, beside Laya when it is "
                        "importable), or `--what gemm|attention|qgemm|load|reference`; every "
@@ -329,7 +364,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except Exception as e:  # one line, and an exit code that says which kind of failure
         if args.verbose:
             raise
-        if isinstance(e, (_Usage, InvalidRequest)):
+        if isinstance(e, (_Usage, InvalidRequest, BadOption)):
             code = EXIT_USAGE
         elif isinstance(e, (ModelNotFound, CheckpointError)):
             code = EXIT_MODEL
