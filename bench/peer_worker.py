@@ -13,10 +13,14 @@ stdout carries only replies. Requests (`op`):
 - `load_torch` {path}: `laya.agent.Agent(path, device="cpu")`.
 - `export_onnx` {path, out}: export the loaded torch model to `out` (below), unless `out` and its
   stamp already match this checkpoint and torch; then check ONNX Runtime against torch.
-- `load_onnx` {path, onnx, threads: [..]}: `laya.onnx_agent.ONNXAgent(path, onnx_path=onnx)`, and
-  one ONNX Runtime session per thread count, built with ONNXAgent's own session options.
+- `load_onnx` {path, onnx, threads: [..], name: onnx|onnx-int8}: `laya.onnx_agent.ONNXAgent(path,
+  onnx_path=onnx)`, and one ONNX Runtime session per thread count, built with ONNXAgent's own
+  session options, kept under `name`.
 - `workloads` {items: {name: {kind, states, questions}}}: keep the workloads.
-- `run` {engine: torch|onnx, threads, workload, result}: one timed call; replies `seconds` and,
+- `quantize_onnx` {onnx, out}: `onnxruntime.quantization.quantize_dynamic` with its defaults
+  (INT8 weights, dynamic uint8 activations) on the exported graph, unless `out` and its stamp
+  already match it; what a user who wants INT8 without kime would do.
+- `run` {engine: torch|onnx|onnx-int8, threads, workload, result}: one timed call; replies `seconds` and,
   when `result` is true, what the call returned.
 - `quit`.
 
@@ -180,11 +184,40 @@ def export_onnx(model, path, out, log=None):
             "size_bytes": os.path.getsize(out), "exporter": "torch.onnx.export(dynamo=False)"}
 
 
+def quantize_onnx(src, out):
+    """`quantize_dynamic` of `src` into `out` unless a matching one is there."""
+    import onnxruntime  # type: ignore[import-not-found]
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # type: ignore[import-not-found]
+
+    st = os.stat(src)
+    stamp = {"source": os.path.abspath(src), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+             "onnxruntime": onnxruntime.__version__, "weight_type": "QInt8"}
+    stamp_path = out + ".json"
+    try:
+        with open(stamp_path) as f:
+            fresh = json.load(f) == stamp and os.path.isfile(out)
+    except (OSError, ValueError):
+        fresh = False
+    seconds = 0.0
+    if not fresh:
+        tmp = out + ".tmp.onnx"
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantize_dynamic(src, tmp, weight_type=QuantType.QInt8)
+        seconds = time.perf_counter() - t0
+        os.replace(tmp, out)
+        with open(stamp_path, "w") as f:
+            json.dump(stamp, f)
+    return {"quantized": not fresh, "seconds": seconds, "size_bytes": os.path.getsize(out),
+            "quantizer": "onnxruntime.quantization.quantize_dynamic(weight_type=QInt8)"}
+
+
 class Worker:
     def __init__(self):
         self.torch_agent = None
         self.onnx_agent = None
-        self.sessions = {}
+        self.sessions = {}  # name (onnx, onnx-int8) -> threads -> session
         self.workloads = {}
 
     def hello(self, req):
@@ -212,12 +245,19 @@ class Worker:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            self.onnx_agent = ONNXAgent(req["path"], onnx_path=req["onnx"])
+            agent = ONNXAgent(req["path"], onnx_path=req["onnx"])
         seconds = time.perf_counter() - t0
-        self.sessions = _ort_sessions(req["onnx"], req.get("threads") or [0])
-        self.onnx_agent.session = None  # its default session is replaced per run
+        if self.onnx_agent is None:
+            self.onnx_agent = agent  # one agent; the graph is its session, swapped per run
+        del agent
+        name = req.get("name") or "onnx"
+        self.sessions[name] = _ort_sessions(req["onnx"], req.get("threads") or [0])
+        self.onnx_agent.session = None
         gc.collect()
-        return {"seconds": seconds, "threads": sorted(self.sessions)}
+        return {"seconds": seconds, "threads": sorted(self.sessions[name])}
+
+    def quantize_onnx(self, req):
+        return quantize_onnx(req["onnx"], req["out"])
 
     def set_workloads(self, req):
         self.workloads.update(req["items"])
@@ -232,9 +272,9 @@ class Worker:
             agent = self.torch_agent
             if threads:
                 torch.set_num_threads(threads)
-        elif req["engine"] == "onnx":
+        elif req["engine"] in self.sessions:
             agent = self.onnx_agent
-            agent.session = self.sessions[threads]
+            agent.session = self.sessions[req["engine"]][threads]
         else:
             raise ValueError("unknown engine %r" % (req["engine"],))
         gc.collect()
@@ -251,7 +291,8 @@ def serve():
     sys.stdout = sys.stderr
     worker = Worker()
     ops = {"hello": worker.hello, "load_torch": worker.load_torch, "export_onnx": worker.export_onnx,
-           "load_onnx": worker.load_onnx, "workloads": worker.set_workloads, "run": worker.run}
+           "load_onnx": worker.load_onnx, "quantize_onnx": worker.quantize_onnx,
+           "workloads": worker.set_workloads, "run": worker.run}
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -3,7 +3,29 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-FAMILIES = ("kime", "torch", "onnx")
+FAMILIES = ("kime", "kime-int8", "kime-f16", "torch", "onnx", "onnx-int8")
+"""Every engine family the bench knows, in the order tables list them."""
+
+
+def _families(present: Any) -> List[str]:
+    return [f for f in FAMILIES if f in present] + sorted(f for f in present if f not in FAMILIES)
+
+
+def _ratio_columns(families: List[str]) -> List[tuple]:
+    """(base, family) pairs the summary shows as `family p50 / base p50`: kime against the
+    float peers; a second kime precision against kime and every peer."""
+    out = []
+    for base in families:
+        if not base.startswith("kime"):
+            continue
+        for fam in families:
+            if fam == base:
+                continue
+            if base == "kime" and not fam.startswith("kime") and not fam.endswith("int8"):
+                out.append((base, fam))
+            elif base != "kime" and (fam == "kime" or not fam.startswith("kime")):
+                out.append((base, fam))
+    return out
 
 
 def _fmt_time(s: Optional[float], unit: str) -> str:
@@ -57,10 +79,15 @@ def _versions_line(report: Dict[str, Any]) -> List[str]:
         lines.append("  torch    laya %s Agent, torch %s, transformers %s, %s%s"
                      % (vers.get("laya"), vers.get("torch"), vers.get("transformers"),
                         peers["torch"].get("dtype", "").replace("torch.", ""), tdesc))
+    for key, a in (k.get("others") or {}).items():
+        lines.append("  %-8s %s" % (key, a["device"]))
     if "onnx" in peers:
         lines.append("  onnx     laya %s ONNXAgent, onnxruntime %s, graph from %s%s"
                      % (vers.get("laya"), vers.get("onnxruntime"), peers["onnx"].get("exporter"),
                         tdesc))
+    if "onnx-int8" in peers:
+        lines.append("  onnx-int8 the same graph through %s; ONNXAgent on it%s"
+                     % (peers["onnx-int8"].get("quantizer"), tdesc))
     if "torch" not in peers and "onnx" not in peers:
         lines.append("  peers    none (%s)" % (peers.get("found") or "--peers none"))
     if blas:
@@ -99,7 +126,7 @@ def render(report: Dict[str, Any]) -> str:
         out.append("  note     %s set in this process (its peers and probes ran without them)"
                    % ", ".join(report["still_set_env"]))
 
-    summary: List[List[str]] = []
+    summary: List[Any] = []
     for w in report["workloads"]:
         stats = w["stats"]
         out.append("")
@@ -109,13 +136,14 @@ def render(report: Dict[str, Any]) -> str:
             noise = "; other load %.1f cores%s" % (busy, ", NOISY" if busy > 0.25 else "")
         out.append("%s  %s  [%s; %d run%s%s]" % (w["name"], w["title"], w["rows_text"], w["runs"],
                                                  "" if w["runs"] == 1 else "s", noise))
-        keys = ["kime"] + [w["best"][f] for f in ("torch", "onnx") if f in w["best"]]
-        keys = [k for k in keys if k in stats]
+        fams = _families(w["best"])
+        keys = [w["best"][f] for f in fams]
         unit = _unit([stats[k]["p99"] for k in keys])
         batch = w["kind"] == "predict_batch"
-        peers_here = len(keys) > 1
+        bases = [f for f in fams if f.startswith("kime") and f in w["speedup"]]
+        many = len(keys) > 1
         header = (["", "p50", "p95", "p99"] + (["questions/s"] if batch else [])
-                  + (["kime speed-up"] if peers_here else []))
+                  + (["%s faster by" % b for b in bases] if many else []))
         rows = []
         for k in keys:
             st = stats[k]
@@ -124,8 +152,8 @@ def render(report: Dict[str, Any]) -> str:
                    _fmt_time(st["p99"], unit)]
             if batch:
                 row.append(_qps(w["questions_per_s"][k]))
-            if peers_here:
-                row.append("" if fam == "kime" else "%.2fx" % w["speedup"][fam])
+            if many:
+                row += ["" if fam == b else "%.2fx" % w["speedup"][b][fam] for b in bases]
             rows.append(row)
         if rows:
             out.extend(_table(header, rows))
@@ -136,7 +164,7 @@ def render(report: Dict[str, Any]) -> str:
         agree = w.get("agreement") or {}
         if agree:
             parts = []
-            for fam in ("torch", "onnx"):
+            for fam in _families({k.split("@")[0] for k in agree}):
                 ks = [k for k in agree if k.split("@")[0] == fam]
                 if not ks:
                     continue
@@ -149,28 +177,38 @@ def render(report: Dict[str, Any]) -> str:
                     text += ", %d label%s differ" % (flips, "" if flips == 1 else "s")
                 if layout:
                     text += ", LAYOUT DIFFERS"
-                if w["name"] == "W1":
+                if w["name"] == "W1" and not fam.endswith("int8") and "int8" not in report[
+                        "settings"]["precision"]:
                     text += " (FAILS the 1e-3 check)" if bad_w1 else " (same choice, within 1e-3)"
                 parts.append(text)
             out.append("  answers vs kime (Laya's dicts, 4 decimals): " + "; ".join(parts))
-        kime_p50 = stats.get("kime", {}).get("p50")
-        cells = [w["name"], _fmt_time(kime_p50, unit) if kime_p50 else "-"]
-        for fam in ("torch", "onnx"):
-            k = w["best"].get(fam)
-            cells.append(_fmt_time(stats[k]["p50"], unit) if k else "-")
-        for fam in ("torch", "onnx"):
-            cells.append("%.2fx" % w["speedup"][fam] if fam in w["speedup"] else "-")
-        if batch:
-            cells[0] += " (q/s)"
-            cells[1:4] = [_qps(w["questions_per_s"][k]) + " q/s" if k else "-" for k in
-                          ["kime", w["best"].get("torch"), w["best"].get("onnx")]]
-        summary.append(cells)
+        summary.append((w, fams))
 
-    has_peers = any(w["best"] for w in report["workloads"])
-    if summary and has_peers:
+    all_fams = _families({f for w, _ in summary for f in w["best"]})
+    ratios = _ratio_columns(all_fams)
+    if summary and len(all_fams) > 1:
         out.append("")
-        out.append("Summary (p50; speed-up = peer p50 / kime p50, above 1 means kime is faster)")
-        out.extend(_table(["", "kime", "torch", "onnx", "vs torch", "vs onnx"], summary))
+        out.append("Summary (p50, or questions/s for batches; A vs B = B's p50 / A's p50, above 1 "
+                   "means A is faster)")
+        rows = []
+        for w, fams in summary:
+            stats, best = w["stats"], w["best"]
+            batch = w["kind"] == "predict_batch"
+            unit = _unit([stats[k]["p50"] for k in best.values()])
+            cells = [w["name"] + (" (q/s)" if batch else "")]
+            for f in all_fams:
+                k = best.get(f)
+                if k is None:
+                    cells.append("-")
+                elif batch:
+                    cells.append(_qps(w["questions_per_s"][k]))
+                else:
+                    cells.append(_fmt_time(stats[k]["p50"], unit))
+            for b, f in ratios:
+                r = w["speedup"].get(b, {}).get(f)
+                cells.append("-" if r is None else "%.2fx" % r)
+            rows.append(cells)
+        out.extend(_table([""] + all_fams + ["%s vs %s" % bf for bf in ratios], rows))
 
     st = report.get("startup")
     if st:
@@ -180,7 +218,7 @@ def render(report: Dict[str, Any]) -> str:
                    % (st["runs"], "" if busy is None else "  [other load %.1f cores%s]"
                       % (busy, ", NOISY" if busy > 0.25 else "")))
         rows = []
-        for fam in FAMILIES:
+        for fam in _families([k for k in st if isinstance(st[k], dict)]):
             e = st.get(fam)
             if not e:
                 continue

@@ -41,7 +41,13 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--shape", default="base",
                     help="checkpoint shape for kime.testing.write_checkpoint (tiny, "
                          "multilingual-tiny, base, large); default base")
-    ap.add_argument("--precision", default="f32", help="kime precision (f32, f16, int8); default f32")
+    ap.add_argument("--precision", default="f32",
+                    help="kime precision, or several comma-separated to time side by side in one "
+                         "run (f32, int8; e.g. f32,int8); the first is the one peers are compared "
+                         "with; default f32")
+    ap.add_argument("--onnx-int8", choices=["auto", "on", "off"], default="auto",
+                    help="also time ONNX Runtime on the export quantized with onnxruntime's "
+                         "quantize_dynamic: auto (when kime runs int8), on, off")
     ap.add_argument("--threads", type=int, default=0, help="kime threads; 0 = every core (default)")
     ap.add_argument("--peers", choices=["auto", "none"], default="auto",
                     help="auto: run Laya's Agent and ONNXAgent when laya is importable here or "
@@ -77,7 +83,26 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         ap.error("unknown workload(s) %s; choose from %s" % (", ".join(bad), ", ".join(WORKLOAD_NAMES)))
     if args.repeat is not None and args.repeat < 1:
         ap.error("--repeat must be at least 1")
+    aliases = {"fp32": "f32", "float32": "f32", "f16": "f16", "fp16": "f16", "i8": "int8"}
+    precisions: List[str] = []
+    for p in args.precision.split(","):
+        p = aliases.get(p.strip().lower(), p.strip().lower())
+        if p not in ("f32", "f16", "int8"):
+            ap.error("unknown precision %r; use f32, f16 or int8" % p)
+        if p not in precisions:
+            precisions.append(p)
+    args.precisions = precisions
+    args.precision = precisions[0]
     return args
+
+
+def kime_key(precision: str, first: str) -> str:
+    """The engine key of kime at a precision: `kime` for the first, `kime-int8` for others."""
+    return "kime" if precision == first else "kime-" + precision
+
+
+def is_int8(key: str) -> bool:
+    return key.split("@")[0].endswith("int8")
 
 
 # --- engines -----------------------------------------------------------------------------------
@@ -167,7 +192,7 @@ def median(xs: List[float]) -> float:
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
-def startup_and_memory(args: argparse.Namespace, path: str, onnx_path: Optional[str],
+def startup_and_memory(args: argparse.Namespace, path: str, onnx_paths: Dict[str, str],
                        families: List[str], peer_python: Optional[str],
                        by_name: Dict[str, Workload], problems: List[str]) -> Dict[str, Any]:
     """New processes per engine: import time, load time and the first W1 answer (medians over
@@ -186,11 +211,13 @@ def startup_and_memory(args: argparse.Namespace, path: str, onnx_path: Optional[
         first, then = files.get("W1", ""), files.get("W3", "")
         for fam in families:
             def one(then_file: str) -> Dict[str, Any]:
-                if fam == "kime":
-                    return kime_probe(path, args.precision, args.threads, first, then_file)
+                if fam.startswith("kime"):
+                    prec = fam.partition("-")[2] or args.precision
+                    return kime_probe(path, prec, args.threads, first, then_file)
                 assert peer_python is not None
-                argv = ["--probe", fam, "--path", path]
-                argv += ["--onnx", onnx_path] if fam == "onnx" and onnx_path else []
+                graph = onnx_paths.get(fam)
+                argv = ["--probe", "onnx" if graph else fam, "--path", path]
+                argv += ["--onnx", graph] if graph else []
                 argv += ["--first", first] if first else []
                 argv += ["--then", then_file] if then_file else []
                 return peerlib.probe(peer_python, argv)
@@ -341,10 +368,11 @@ def time_workload(w: Workload, engines: List[Engine], args: argparse.Namespace, 
     agreement: Dict[str, Any] = {}
     if "kime" in results:
         for e in engines:
-            if e.family == "kime" or e.key not in results:
+            if e.key == "kime" or e.key not in results:
                 continue
             cmp = compare_results(results["kime"], results[e.key])
-            if w.name == "W1":
+            # INT8 is not meant to be within 1e-3 of FP32: its answers are reported, not judged.
+            if w.name == "W1" and not is_int8(e.key) and args.precision != "int8":
                 cmp["w1_check"] = w1_agrees(results["kime"], results[e.key], W1_TOLERANCE)
                 if cmp["w1_check"]:
                     problems.append("W1: %s does not give kime's answer (%s)"
@@ -377,6 +405,21 @@ def prepare_onnx(peer: peerlib.PeerProcess, path: str, cache_dir: Optional[str],
     log("ONNXAgent loaded in %.2f s" % r["seconds"])
     report["peers"]["onnx"] = dict(ex, load_s=r["seconds"], path=onnx_path)
     return onnx_path
+
+
+def prepare_onnx_int8(peer: peerlib.PeerProcess, path: str, onnx_path: str, threads: List[int],
+                      report: Dict[str, Any]) -> str:
+    """Quantize the export with onnxruntime's `quantize_dynamic` (cached beside it) and load it
+    as a second set of sessions; returns the quantized graph's path."""
+    out = onnx_path[:-len(".onnx")] + ".int8.onnx"
+    log("onnx-int8: checking/quantizing %s" % out)
+    q = peer.call("quantize_onnx", onnx=onnx_path, out=out)
+    log("onnx-int8: %s" % ("quantized in %.1f s" % q["seconds"] if q["quantized"]
+                           else "cached quantized graph"))
+    r = peer.call("load_onnx", path=path, onnx=out, threads=threads, name="onnx-int8")
+    log("ONNXAgent on the INT8 graph loaded in %.2f s" % r["seconds"])
+    report["peers"]["onnx-int8"] = dict(q, load_s=r["seconds"], path=out)
+    return out
 
 
 def best_by_family(stats: Dict[str, Any], family: str) -> Optional[str]:
@@ -421,22 +464,30 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
                        "vocab": enc.get("vocab_size"), "max_len": rl.get("max_len"),
                        "head_layers": rl.get("head_layers")}
 
-    # kime, in this process.
-    t0 = time.perf_counter()
-    agent = kime.load(path, device="cpu", precision=args.precision, threads=args.threads,
-                      answer_cache=0)
-    log("kime loaded in %.2f s: %s" % (time.perf_counter() - t0, agent.device))
+    # kime, in this process: one agent per precision.
+    engines: List[Engine] = []
+    agents: Dict[str, Any] = {}
+    for prec in args.precisions:
+        key = kime_key(prec, args.precision)
+        t0 = time.perf_counter()
+        agents[key] = kime.load(path, device="cpu", precision=prec, threads=args.threads,
+                                answer_cache=0)
+        log("%s loaded in %.2f s: %s" % (key, time.perf_counter() - t0, agents[key].device))
+        engines.append(Engine(key, key, args.threads or None, kime_runner(agents[key])))
+    agent = agents["kime"]
     report["kime"] = {"version": kime.__version__, "device": agent.device,
-                      "precision": args.precision, "threads": args.threads, "blas": blas_info()}
+                      "precision": args.precision, "threads": args.threads, "blas": blas_info(),
+                      "others": {k: {"device": a.device} for k, a in agents.items() if k != "kime"}}
     workloads = build_workloads(path, agent.engine, args.workloads)
     by_name = {w.name: w for w in workloads}
-    engines = [Engine("kime", "kime", args.threads or None, kime_runner(agent))]
 
     # The peers, in a side process.
     peer: Optional[peerlib.PeerProcess] = None
     peer_python: Optional[str] = None
     onnx_path: Optional[str] = None
-    families = ["kime"]
+    onnx_paths: Dict[str, str] = {}
+    families = [e.key for e in engines]
+    want_onnx_int8 = args.onnx_int8 == "on" or (args.onnx_int8 == "auto" and "int8" in args.precisions)
     report["peers"] = {"mode": args.peers}
     if args.peers == "auto":
         peer_python, why = peerlib.find_peer_python(args.peer_python)
@@ -482,16 +533,28 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
                     log(msg)
                     problems.append(msg.splitlines()[0])
                 if onnx_path is not None:
+                    onnx_paths["onnx"] = onnx_path
                     engines += [Engine("onnx@%d" % t, "onnx", t, peer_runner(peer, "onnx", t))
                                 for t in threads]
                     families.append("onnx")
+                if onnx_path is not None and want_onnx_int8:
+                    try:
+                        onnx_paths["onnx-int8"] = prepare_onnx_int8(peer, path, onnx_path,
+                                                                    threads, report)
+                        engines += [Engine("onnx-int8@%d" % t, "onnx-int8", t,
+                                           peer_runner(peer, "onnx-int8", t)) for t in threads]
+                        families.append("onnx-int8")
+                    except peerlib.PeerError as e:
+                        msg = "onnx-int8 peer disabled: %s" % e
+                        log(msg)
+                        problems.append(msg.splitlines()[0])
             peer.call("workloads", items={w.name: w.payload() for w in workloads})
         except peerlib.PeerError as e:
             msg = "peers disabled: %s" % e
             log(msg)
             problems.append(msg.splitlines()[0])
-            engines = [e_ for e_ in engines if e_.family == "kime"]
-            families = ["kime"]
+            engines = [e_ for e_ in engines if e_.family.startswith("kime")]
+            families = [e_.key for e_ in engines]
             peer.close()
             peer = None
 
@@ -509,13 +572,17 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
                     % (w.name, res["other_cores"]))
             entry = dict(w.describe(), title=w.title, rows_text=w.rows_text(), **res)
             stats = res["stats"]
+            # best[family] is that family's fastest thread count; speedup[base][family] is
+            # family p50 / base p50, above 1 when the base (a kime engine) is faster.
             entry["best"] = {}
-            entry["speedup"] = {}
-            for fam in ("torch", "onnx"):
+            for fam in families:
                 key = best_by_family(stats, fam)
-                if key and "kime" in stats:
+                if key:
                     entry["best"][fam] = key
-                    entry["speedup"][fam] = stats[key]["p50"] / stats["kime"]["p50"]
+            entry["speedup"] = {
+                base: {fam: stats[k]["p50"] / stats[base]["p50"]
+                       for fam, k in entry["best"].items() if fam != base}
+                for base in families if base.startswith("kime") and base in stats}
             if w.kind == "predict_batch":
                 entry["questions_per_s"] = {k: w.rows / s["p50"] for k, s in stats.items()}
             report["workloads"].append(entry)
@@ -524,7 +591,7 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             peer.close()
 
     if not args.no_startup:
-        report["startup"] = startup_and_memory(args, path, onnx_path, families, peer_python,
+        report["startup"] = startup_and_memory(args, path, onnx_paths, families, peer_python,
                                                by_name, problems)
     try:
         report["machine"]["loadavg_end"] = list(os.getloadavg())

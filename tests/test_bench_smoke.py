@@ -56,8 +56,10 @@ def test_workloads_match_their_definitions(bench_checkpoint: str) -> None:
 def test_bench_runs_without_peers(bench_checkpoint: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"
-    # --quick: one startup probe and a warm-up on W1 only; every workload still runs once.
+    # --quick: one startup probe and a warm-up on W1 only; every workload still runs once, in
+    # FP32 and INT8 side by side.
     status = bench_run.main(["--shape", "tiny", "--peers", "none", "--quick", "--repeat", "1",
+                             "--precision", "f32,int8",
                              "--workloads", ",".join(WORKLOAD_NAMES),
                              "--cache-dir", str(Path(bench_checkpoint).parent), "--out", str(out)])
     assert status == 0
@@ -65,14 +67,19 @@ def test_bench_runs_without_peers(bench_checkpoint: str, tmp_path: Path,
     assert [w["name"] for w in report["workloads"]] == list(WORKLOAD_NAMES)
     for w in report["workloads"]:
         assert w["runs"] == 1 and w["stats"]["kime"]["n"] == 1
-        assert w["stats"]["kime"]["p50"] > 0
-    assert report["workloads"][-1]["questions_per_s"]["kime"] > 0
-    startup = report["startup"]["kime"]
-    assert startup["load_s"] >= 0 and startup["rss_w3_kb"] >= startup["rss_load_kb"] > 0
+        assert w["stats"]["kime"]["p50"] > 0 and w["stats"]["kime-int8"]["p50"] > 0
+        ratio = w["stats"]["kime"]["p50"] / w["stats"]["kime-int8"]["p50"]
+        assert w["speedup"]["kime-int8"]["kime"] == pytest.approx(ratio)
+        assert w["agreement"]["kime-int8"]["max_abs"] > 0  # INT8 really ran, and was compared
+    assert report["workloads"][-1]["questions_per_s"]["kime-int8"] > 0
+    assert "INT8" in report["kime"]["others"]["kime-int8"]["device"]
+    for fam in ("kime", "kime-int8"):
+        startup = report["startup"][fam]
+        assert startup["load_s"] >= 0 and startup["rss_w3_kb"] >= startup["rss_load_kb"] > 0
     text = capsys.readouterr().out
     for name in WORKLOAD_NAMES:
         assert "\n%s  " % name in text
-    assert "Startup in a new process" in text
+    assert "Startup in a new process" in text and "kime-int8 vs kime" in text
 
 
 def test_stats_helpers() -> None:
