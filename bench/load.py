@@ -192,13 +192,15 @@ class Server:
 
 
 def start_kime(checkpoint: str, port: Optional[int] = None, threads: Optional[int] = None,
-               health_timeout: float = 120.0) -> Server:
+               health_timeout: float = 120.0, max_merge: int = 0,
+               name: str = "kime") -> Server:
     port = port or free_port()
     argv = [sys.executable, "-m", "kime.cli", "serve", "--model", checkpoint,
-            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+            "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
+            "--max-merge", str(max_merge)]
     if threads is not None:
         argv += ["--threads", str(threads)]
-    srv = Server("kime", argv, _clean_env(), port)
+    srv = Server(name, argv, _clean_env(), port)
     try:
         srv.wait_healthy(health_timeout)
     except BaseException:
@@ -421,7 +423,8 @@ def summarize(raw: Dict[str, Any], questions: int, concurrency: int,
 def _derived(levels: List[Dict[str, Any]]) -> Dict[str, Any]:
     by = {lv["concurrency"]: lv for lv in levels}
     out: Dict[str, Any] = {"unloaded_p50_ms": None, "tail_level": None, "tail_p99_ms": None,
-                           "p99_over_unloaded_p50": None, "rps_gain": {}}
+                           "p99_over_unloaded_p50": None, "rps_gain": {},
+                           "closed_loop_mean_ms": None, "p99_over_closed_loop_mean": None}
     one = by.get(1)
     if one is None:
         return out
@@ -432,6 +435,11 @@ def _derived(levels: List[Dict[str, Any]]) -> Dict[str, Any]:
         out["tail_p99_ms"] = by[top]["p99_ms"]
         if by[top]["p99_ms"] and one["p50_ms"]:
             out["p99_over_unloaded_p50"] = by[top]["p99_ms"] / one["p50_ms"]
+        # Little's law: with `top` clients always waiting, the mean latency is top / throughput,
+        # whatever the scheduler does; p99 over it is the tail the scheduler adds.
+        if by[top]["requests_per_s"] and by[top]["p99_ms"]:
+            out["closed_loop_mean_ms"] = 1e3 * top / by[top]["requests_per_s"]
+            out["p99_over_closed_loop_mean"] = by[top]["p99_ms"] / out["closed_loop_mean_ms"]
     for c, lv in sorted(by.items()):
         if c != 1 and lv["requests_per_s"] and one["requests_per_s"]:
             out["rps_gain"][str(c)] = lv["requests_per_s"] / one["requests_per_s"]
@@ -444,6 +452,7 @@ def run_bench(shape: str = "tiny", concurrency: Sequence[int] = DEFAULT_LEVELS,
               requests: Optional[int] = None, peer: str = "auto",
               peer_python: Optional[str] = None, time_cap: Optional[float] = None,
               cache_dir: Optional[str] = None, threads: Optional[int] = None,
+              merge_baseline: bool = False,
               log: Callable[[str], None] = lambda s: print(s, file=sys.stderr, flush=True),
               ) -> Dict[str, Any]:
     from bench.workloads import cached_checkpoint
@@ -484,6 +493,20 @@ def run_bench(shape: str = "tiny", concurrency: Sequence[int] = DEFAULT_LEVELS,
         result["servers"]["kime"] = _measure(kime, bodies, levels, n, questions, cap, log)
         kime.stop()
         servers.remove(kime)
+        if merge_baseline:
+            # The same server taking one request per forward run: what merging gains.
+            log("starting kime serve --max-merge 1")
+            single = start_kime(checkpoint, threads=threads, max_merge=1, name="kime-1")
+            servers.append(single)
+            result["servers"]["kime-1"] = _measure(single, bodies, levels, n, questions, cap, log)
+            single.stop()
+            servers.remove(single)
+            gain = {}
+            for a, b in zip(result["servers"]["kime"]["levels"],
+                            result["servers"]["kime-1"]["levels"]):
+                if a["requests_per_s"] and b["requests_per_s"]:
+                    gain[str(a["concurrency"])] = a["requests_per_s"] / b["requests_per_s"]
+            result["merge_gain"] = gain
         targets = []
         if peer_py is not None:
             log("starting laya serve (%s)" % peer_py)
@@ -522,9 +545,9 @@ def _measure(srv: "Server", bodies: List[Dict[str, Any]], levels: List[int], n: 
             rows = []
             for li, c in enumerate(levels):
                 chunk = bodies[WARMUP + li * n: WARMUP + (li + 1) * n]
-                before = srv.metrics() if srv.name == "kime" else None
+                before = srv.metrics() if srv.name.startswith("kime") else None
                 raw = drive(srv, chunk, c, cap)
-                after = srv.metrics() if srv.name == "kime" else None
+                after = srv.metrics() if srv.name.startswith("kime") else None
                 s = summarize(raw, questions, c, before, after)
                 rows.append(s)
                 log("%s c=%-3d %d/%d ok in %.1f s: %.1f req/s, p50 %.0f ms, p99 %.0f ms, %d errors"
@@ -553,7 +576,7 @@ def format_report(res: Dict[str, Any]) -> str:
             " (borrowing %s from this interpreter)" % ", ".join(res["peer"]["borrowed"])
             if res["peer"].get("borrowed") else "")))
     lines.append("")
-    hdr = ("%-5s %5s %7s %8s %9s %9s %9s %9s %6s %8s %7s %7s"
+    hdr = ("%-6s %5s %7s %8s %9s %9s %9s %9s %6s %8s %7s %7s"
            % ("serve", "conc", "ok", "req/s", "q/s", "p50 ms", "p95 ms", "p99 ms", "errs",
               "req/run", "ans-hit", "tok-hit"))
     lines += [hdr, "-" * len(hdr)]
@@ -561,7 +584,7 @@ def format_report(res: Dict[str, Any]) -> str:
     for c in res["concurrency"]:
         for name in names:
             lv = next(x for x in res["servers"][name]["levels"] if x["concurrency"] == c)
-            lines.append("%-5s %5d %3d/%-3d %8s %9s %9s %9s %9s %6d %8s %7s %7s"
+            lines.append("%-6s %5d %3d/%-3d %8s %9s %9s %9s %9s %6d %8s %7s %7s"
                          % (name, c, lv["ok"], lv["sent"], _f(lv["requests_per_s"]),
                             _f(lv["questions_per_s"]), _f(lv["p50_ms"]), _f(lv["p95_ms"]),
                             _f(lv["p99_ms"]), lv["errors"], _f(lv["requests_per_run"], "%.2f"),
@@ -578,11 +601,17 @@ def format_report(res: Dict[str, Any]) -> str:
                 target = " (target <= 5: %s)" % ("met" if ratio <= 5 else "NOT met")
             parts.append("p99 at %d / unloaded p50 = %s%s"
                          % (d["tail_level"], _f(ratio, "%.2f"), target))
+            if d.get("closed_loop_mean_ms"):
+                parts.append("c / throughput = %s ms, p99 / that = %s" % (
+                    _f(d["closed_loop_mean_ms"], "%.0f"), _f(d["p99_over_closed_loop_mean"], "%.2f")))
         if d["rps_gain"]:
             parts.append("throughput gain " + ", ".join(
                 "c=%s/c=1 x%.2f" % (k, v) for k, v in sorted(d["rps_gain"].items(),
                                                            key=lambda kv: int(kv[0]))))
         lines.append("; ".join(parts))
+    if res.get("merge_gain"):
+        lines.append("merged batches vs one request per run (kime / kime-1 req/s): " + ", ".join(
+            "c=%s x%.2f" % kv for kv in sorted(res["merge_gain"].items(), key=lambda kv: int(kv[0]))))
     for name in names:
         for lv in res["servers"][name]["levels"]:
             if lv["error_samples"]:
@@ -608,6 +637,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--peer-python", default=None, help="the interpreter that has laya")
     p.add_argument("--threads", type=int, default=None, help="kime serve --threads")
     p.add_argument("--cache-dir", default=None, help="checkpoint cache (default ~/.cache/kime/bench)")
+    p.add_argument("--merge-baseline", action="store_true",
+                   help="also run kime serve --max-merge 1 (one request per forward run) at "
+                        "every level: the throughput merging gains at equal concurrency")
     p.add_argument("--out", default=None, help="write the results as JSON here")
     a = p.parse_args(argv)
     try:
@@ -617,7 +649,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not levels or min(levels) < 1:
         p.error("--concurrency takes positive integers")
     res = run_bench(a.shape, levels, a.requests, a.peer, a.peer_python, a.time_cap,
-                    a.cache_dir, a.threads)
+                    a.cache_dir, a.threads, a.merge_baseline)
     print(format_report(res))
     if a.out:
         with open(a.out, "w") as f:

@@ -202,6 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
     flags = {"model": args.model, "host": args.host, "port": args.port, "device": args.device,
              "precision": args.precision, "threads": args.threads,
              "api_key_file": args.api_key_file, "max_queue": args.max_queue,
+             "max_merge": args.max_merge,
              "log_level": args.log_level, "graceful_shutdown": args.graceful_shutdown}
     try:
         settings = load_settings(flags, config=args.config)
@@ -303,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-queue", type=int, default=None, help="answer 503 + Retry-After when "
                    "this many submissions wait for the device; 0: no bound (env KIME_MAX_QUEUE; "
                    "default 256)")
+    s.add_argument("--max-merge", type=int, default=None, help="requests one forward run may "
+                   "merge; 0: every queued request that fits (env KIME_MAX_MERGE; default 0)")
     s.add_argument("--graceful-shutdown", type=float, default=None, help="seconds requests in "
                    "flight get to finish after SIGTERM (env KIME_GRACEFUL_SHUTDOWN; default 30)")
     s.add_argument("--log-level", default=None, help="uvicorn log level (env KIME_LOG_LEVEL, "

@@ -65,10 +65,14 @@ class Kime:
     markers and question type, so a hit is exactly what a forward pass would give) and
     `token_cache` the question heads kept laid out; 0 switches either off, and `cache=False`
     switches both off for one call.
+
+    `max_merge` bounds how many callers' submissions one forward run may merge (0: as many as
+    fit the token budget; 1: one request at a time, for measuring what merging gains).
     """
 
     def __init__(self, model: str, device: str = "auto", precision: str = "f16", threads: int = 0,
-                 preload: bool = False, answer_cache: int = 4096, token_cache: int = 1024):
+                 preload: bool = False, answer_cache: int = 4096, token_cache: int = 1024,
+                 max_merge: int = 0):
         check_options(device, precision, threads)
         self._answers: LRU[Tuple[np.ndarray, np.ndarray]] = LRU(answer_cache)
         self._heads: LRU[Head] = LRU(token_cache)
@@ -82,7 +86,7 @@ class Kime:
         self._tok = self._ck.tokenizer
         self._backend = open_backend(self._ck, device, precision, threads, preload=bool(preload))
         self._lock = threading.Lock()
-        self.scheduler = Scheduler(self._run, budget=BUCKETS[-1])
+        self.scheduler = Scheduler(self._run, budget=BUCKETS[-1], max_merge=max_merge)
 
     # --- facts about the engine -------------------------------------------------------------
 

@@ -39,9 +39,10 @@ class Work:
 class Scheduler:
     """Runs `runner(rows, qtypes, cache)` on its own thread over merged submissions."""
 
-    def __init__(self, runner: Runner, budget: int):
+    def __init__(self, runner: Runner, budget: int, max_merge: int = 0):
         self._runner = runner
         self.budget = budget
+        self.max_merge = max_merge  # submissions one run may take; 0: as many as fit the budget
         self._queue: "queue.Queue[Optional[Work]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._held: Optional[Work] = None  # a submission that did not fit: it leads the next batch
@@ -81,7 +82,7 @@ class Scheduler:
     def _take(self, first: Work) -> Tuple[List[Work], bool]:
         """`first` plus every queued submission that fits beside it; and whether to stop after."""
         taken, tokens = [first], first.tokens
-        while tokens < self.budget:
+        while tokens < self.budget and (self.max_merge <= 0 or len(taken) < self.max_merge):
             try:
                 nxt = self._queue.get_nowait()
             except queue.Empty:

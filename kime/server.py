@@ -68,6 +68,7 @@ class Settings:
     api_key_file: Optional[str] = None
     api_keys: List[str] = field(default_factory=list)
     max_queue: int = 256
+    max_merge: int = 0                     # submissions one forward run takes; 0: all that fit
     max_token_budget: int = DEFAULT_MAX_TOKEN_BUDGET
     body_read_timeout: float = BODY_READ_TIMEOUT
     workers: int = 32                      # threads that lay requests out (not forward passes)
@@ -85,6 +86,7 @@ ENV = {
     "threads": ("KIME_THREADS", "LAYA_THREADS"),
     "api_key_file": ("KIME_API_KEY_FILE",),
     "max_queue": ("KIME_MAX_QUEUE",),
+    "max_merge": ("KIME_MAX_MERGE",),
     "max_token_budget": ("KIME_MAX_TOKEN_BUDGET", "LAYA_MAX_TOKEN_BUDGET"),
     "body_read_timeout": ("KIME_BODY_READ_TIMEOUT", "LAYA_BODY_READ_TIMEOUT"),
     "workers": ("KIME_WORKERS",),
@@ -107,7 +109,7 @@ def _coerce(name: str, value: Any, source: str) -> Any:
             out: Any = int(value)
             if name == "port" and not 0 <= out <= 65535:
                 raise ValueError
-            if name in ("threads", "max_queue") and out < 0:
+            if name in ("threads", "max_queue", "max_merge") and out < 0:
                 raise ValueError
             if name in ("workers", "max_token_budget") and out < 1:
                 raise ValueError
@@ -736,7 +738,7 @@ def serve(settings: Settings) -> None:
     from .engine import Kime
 
     engine = Kime(settings.model, device=settings.device, precision=settings.precision,
-                  threads=settings.threads)
+                  threads=settings.threads, max_merge=settings.max_merge)
     app = create_app(engine, settings)
     config = uvicorn.Config(app, host=settings.host, port=settings.port,
                             log_level=settings.log_level,

@@ -16,8 +16,12 @@ def test_load_bench_tiny(tmp_path):
     from bench import load
 
     res = load.run_bench("tiny", concurrency=[1, 4], requests=8, peer="none", time_cap=60,
-                         cache_dir=str(tmp_path / "cache"), log=lambda s: None)
-    assert list(res["servers"]) == ["kime"]
+                         cache_dir=str(tmp_path / "cache"), merge_baseline=True,
+                         log=lambda s: None)
+    assert list(res["servers"]) == ["kime", "kime-1"]
+    # --max-merge 1: every forward run takes exactly one request
+    assert [lv["requests_per_run"] for lv in res["servers"]["kime-1"]["levels"]] == [1.0, 1.0]
+    assert set(res["merge_gain"]) == {"1", "4"} and all(v > 0 for v in res["merge_gain"].values())
     levels = res["servers"]["kime"]["levels"]
     assert [lv["concurrency"] for lv in levels] == [1, 4]
     for lv in levels:
@@ -34,5 +38,6 @@ def test_load_bench_tiny(tmp_path):
     d = res["servers"]["kime"]["derived"]
     assert d["unloaded_p50_ms"] == levels[0]["p50_ms"]
     assert d["p99_over_unloaded_p50"] > 0
+    assert d["closed_loop_mean_ms"] == pytest.approx(4e3 / levels[1]["requests_per_s"])
     text = load.format_report(res)
-    assert "kime" in text and "p99 at 4" in text
+    assert "kime" in text and "p99 at 4" in text and "merged batches vs one request" in text

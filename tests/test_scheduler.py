@@ -54,6 +54,22 @@ def test_idle_runs_at_once_then_queued_work_merges_within_the_budget():
     s.close()
 
 
+@pytest.mark.parametrize("max_merge, want", [(1, [[1], [2], [3], [4], [5]]),
+                                             (2, [[1], [2, 3], [4, 5]]),
+                                             (0, [[1], [2, 3, 4, 5]])])
+def test_max_merge_bounds_the_submissions_per_run(max_merge, want):
+    runner = GatedRunner()
+    s = Scheduler(runner, budget=1000, max_merge=max_merge)
+    futures = [s.submit([_row(10, 1)], [0])]
+    assert runner.started.wait(5)
+    futures += [s.submit([_row(10, tag)], [0]) for tag in (2, 3, 4, 5)]
+    runner.gate.set()
+    for f in futures:
+        f.result(5)
+    assert runner.runs == want and s.runs == len(want)
+    s.close()
+
+
 def test_cancelled_submission_never_reaches_the_device():
     runner = GatedRunner()
     s = Scheduler(runner, budget=100)

@@ -356,6 +356,11 @@ def test_settings_precedence(tmp_path):
     assert (s.port, s.threads) == (9003, 4)
     with pytest.raises(ValueError):
         load_settings({}, environ={"LAYA_PORT": "99999"})
+    assert load_settings({}, environ={}).max_merge == 0
+    assert load_settings({}, environ={"KIME_MAX_MERGE": "1"}).max_merge == 1
+    assert load_settings({"max_merge": 2}, environ={"KIME_MAX_MERGE": "1"}).max_merge == 2
+    with pytest.raises(ValueError, match="max_merge"):
+        load_settings({}, environ={"KIME_MAX_MERGE": "-1"})
 
 
 def _metric(server, name: str) -> float:
