@@ -30,7 +30,7 @@ class InvalidRequest(KimeError, ValueError):
             text = self.problems[0]["msg"]
         else:
             text = "%d problems in the request:\n" % len(self.problems) + "\n".join(
-                "- " + p["msg"] for p in self.problems)
+                "- " + _where(p) + p["msg"] for p in self.problems)
         super().__init__(text)
 
     def to_json(self) -> Dict[str, Any]:
@@ -39,6 +39,14 @@ class InvalidRequest(KimeError, ValueError):
 
     def __reduce__(self):  # keep pickling (multiprocessing, futures) working
         return (type(self), (self.problems,))
+
+
+def _where(p: Problem) -> str:
+    """`request N: ` for a problem located in one request of a batch (loc starts with its index)."""
+    loc = p.get("loc") or ()
+    if loc and isinstance(loc[0], int) and not isinstance(loc[0], bool):
+        return "request %d: " % loc[0]
+    return ""
 
 
 class InvalidArgument(InvalidRequest, TypeError):

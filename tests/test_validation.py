@@ -106,6 +106,9 @@ def test_decide_batch_locates_problems_by_request(engine):
         engine.decide_batch([good, bad1, bad2])
     assert [p["loc"] for p in info.value.problems] == [[1, "questions", "q", "instructions"],
                                                        [2, "questions", "r", "criteria"]]
+    lines = str(info.value).splitlines()[1:]
+    assert lines[0].startswith("- request 1: question 'q'")
+    assert lines[1].startswith("- request 2: question 'r'")
 
 
 def test_bad_input_loses_nothing(agent):
