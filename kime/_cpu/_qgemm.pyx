@@ -2,8 +2,9 @@
 epilogue, over weights quantized and packed once for an ISA. Shapes are checked, output and
 scratch allocated, and the GIL dropped, as in _gemm.
 
-isa -1 means kime_isa_detect() (cpuid, capped by KIME_ISA); a packed buffer is only valid for the
-ISA it was packed for. impl(isa) names the kernel set that runs (avx512 needs VNNI, else avx2).
+isa -1 means kime_isa_detect() (cpuid, capped by KIME_ISA). The kernel set ("impl") follows from
+the ISA, the CPU's VNNI flavours and the KIME_QGEMM cap (qgemm.h); impl_name(isa) says which runs.
+A packed buffer is only valid for the impl it was packed for.
 """
 import numpy as np
 
@@ -13,6 +14,9 @@ cdef extern from "qgemm.h" nogil:
     int kime_isa_detect()
     const char *kime_isa_name(int isa)
     int kime_qgemm_impl(int isa)
+    int kime_qgemm_pin(int isa)
+    int KIME_QGEMM_PINNED
+    const char *kime_qgemm_impl_name(int impl)
     size_t kime_qgemm_packed_bytes(int isa, int N, int K, int geglu)
     void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *packed)
     size_t kime_qgemm_scratch_bytes(int isa, int K, int nthreads)
@@ -35,14 +39,28 @@ def isa_name(int isa) -> str:
 
 
 def impl(int isa=-1) -> int:
-    """The kernel set `isa` runs: 0 portable, 1 avx2, 2 avx512-vnni."""
+    """The kernel set `isa` runs: 0 portable, 1 avx2, 2 vnni512, 3 avxvnni, 4 avxvnni-evex."""
     return kime_qgemm_impl(_isa(isa))
+
+
+def pin(int isa=-1) -> int:
+    """`isa` with the impl it runs now pinned: pass it where an `isa` goes and that impl runs
+    even if KIME_QGEMM changes later (a loaded model's packed weights stay valid)."""
+    return kime_qgemm_pin(_isa(isa))
+
+
+def impl_name(int isa=-1) -> str:
+    """The name of the kernel set `isa` runs, as KIME_QGEMM spells it ("avxvnni-evex" is the
+    test twin of "avxvnni")."""
+    return kime_qgemm_impl_name(kime_qgemm_impl(_isa(isa))).decode()
 
 
 cdef int _isa(int isa) except -2:
     cdef int best = kime_isa_detect()
     if isa == -1:
         return best
+    if isa >= 0 and isa & KIME_QGEMM_PINNED:
+        return isa  # pinned by pin(): qgemm.c checks the impl
     if isa < 0 or isa > best:
         raise ValueError(f"isa {isa} is not available here (best: {best}, {isa_name(best)})")
     return isa
@@ -77,7 +95,8 @@ cdef tuple _check(A, packed, int N, int K, int isa, bint geglu):
     cdef const uint8_t[::1] p = packed
     if <size_t>p.shape[0] != kime_qgemm_packed_bytes(isa, N, K, geglu):
         raise ValueError(f"packed has {p.shape[0]} bytes; N={N}, K={K} on {isa_name(isa)} "
-                         f"need {kime_qgemm_packed_bytes(isa, N, K, geglu)}")
+                         f"({impl_name(isa)} kernels) need "
+                         f"{kime_qgemm_packed_bytes(isa, N, K, geglu)}")
     return a, p
 
 

@@ -3,10 +3,10 @@
 The blob holds every GEMM weight packed for the micro-kernels of one ISA, the vectors in FP32,
 the token embedding as FP16 bits (widened per gathered token, halving its memory) and the RoPE
 tables. It is written to `<cache>/kime/packed/` keyed by a fingerprint of the checkpoint, the
-kime version, the ISA and the layout version, and later loads map it from the file instead of
-repacking. A cache file is trusted only when its header, size and sampled checksum all match;
-anything else is rebuilt (written to a temporary file and renamed, so a crash never leaves a
-half-written cache behind).
+kime version, the ISA (for INT8 also the qgemm kernel set) and the layout version, and later
+loads map it from the file instead of repacking. A cache file is trusted only when its header,
+size and sampled checksum all match; anything else is rebuilt (written to a temporary file and
+renamed, so a crash never leaves a half-written cache behind).
 """
 from __future__ import annotations
 
@@ -152,11 +152,24 @@ def _rope(ck: Checkpoint, theta: float) -> Tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(cos[:, : hd // 2]), np.ascontiguousarray(sin[:, : hd // 2])
 
 
-def _key(ck: Checkpoint, isa_name: str, precision: str = "f32") -> str:
+def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
+         qimpl: Optional[str] = None) -> str:
     from .. import __version__
 
+    if precision == "int8":
+        precision += "-" + (qimpl or _qgemm_impl(isa_name))
     return "%s-%s-%s-kime%s-layout%d" % (fingerprint(ck.path), isa_name, precision, __version__,
                                          LAYOUT_VERSION)
+
+
+def _qgemm_impl(isa_name: str) -> str:
+    """The INT8 kernel set that packs and runs for `isa_name` here. A pack is valid only for the
+    impl that made it, and the ISA alone does not fix that: the CPU's VNNI flavours and the
+    KIME_QGEMM cap choose between avx2, avxvnni and vnni512 (whose packs differ in bytes)."""
+    from . import _qgemm
+
+    isas = {_qgemm.isa_name(isa): isa for isa in range(_qgemm.isa_detect() + 1)}
+    return _qgemm.impl_name(isas[isa_name])
 
 
 def _checksum(mm: np.ndarray) -> int:
@@ -230,10 +243,18 @@ def _read(path: str, key: str) -> Optional[Dict[str, np.ndarray]]:
 
 def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.ndarray],
                 use_cache: bool = True,
-                qpack: Optional[Callable[..., np.ndarray]] = None) -> Tuple[Dict[str, np.ndarray], str]:
-    """The blob for `ck` on `isa` (INT8 GEMM weights when `qpack` is given): mapped from the
-    cache, or packed now (and cached). Returns (arrays, how) with how "cache" or "packed"."""
-    key = _key(ck, isa_name, "int8" if qpack is not None else "f32")
+                qpack: Optional[Callable[..., np.ndarray]] = None,
+                qisa: Optional[int] = None) -> Tuple[Dict[str, np.ndarray], str]:
+    """The blob for `ck` on `isa` (INT8 GEMM weights when `qpack` is given, packed for `qisa`,
+    the isa with its qgemm impl pinned): mapped from the cache, or packed now (and cached).
+    Returns (arrays, how) with how "cache" or "packed"."""
+    qimpl = None
+    if qpack is not None:
+        from . import _qgemm
+
+        qisa = _qgemm.pin(isa) if qisa is None else qisa
+        qimpl = _qgemm.impl_name(qisa)
+    key = _key(ck, isa_name, "int8" if qpack is not None else "f32", qimpl)
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
         arrays = _read(path, key)
@@ -241,7 +262,7 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
             return arrays, "cache"
     entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu),
                        None if qpack is None else
-                       lambda w, geglu=False: qpack(w, isa=isa, geglu=geglu))
+                       lambda w, geglu=False: qpack(w, isa=qisa, geglu=geglu))
     if use_cache:
         try:
             _write(path, key, entries)

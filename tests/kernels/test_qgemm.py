@@ -1,10 +1,12 @@
-"""kime._cpu._qgemm (csrc/qgemm.c): the INT8 GEMM with fused dequantization, on every ISA path
-this CPU has (portable, AVX2's vpmaddubsw, AVX-512 VNNI's vpdpbusd).
+"""kime._cpu._qgemm (csrc/qgemm.c): the INT8 GEMM with fused dequantization, on every kernel set
+("impl") this CPU runs, each forced in turn through KIME_QGEMM: portable, AVX2's vpmaddubsw,
+AVX-VNNI's ymm vpdpbusd and AVX-512 VNNI's zmm vpdpbusd. A CPU without AVX-VNNI but with
+AVX512-VL + VNNI runs the AVX-VNNI kernel's EVEX twin: the same code, another encoding.
 
 Exactness: the raw INT32 sums equal an int64 NumPy product of A and W quantized in NumPy exactly
 as the kernel does, bit for bit. Accuracy: the dequantized output and every epilogue against the
 float64 product, within INT8 error. Determinism: bits independent of the thread count and of the
-batch a row is computed in.
+batch a row is computed in, and the same on every SIMD impl.
 """
 from __future__ import annotations
 
@@ -16,10 +18,10 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _qgemm
 
-ISAS = list(range(_qgemm.isa_detect() + 1))
-IDS = [_qgemm.isa_name(i) for i in ISAS]
+IMPLS = ["portable", "avx2", "avxvnni", "vnni512"]
+SIMD_IMPLS = IMPLS[1:]
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
-MS = [1, 2, 7, 13, 64, 333]
+MS = [1, 2, 5, 7, 13, 64, 333]
 KS = [1, 3, 5, 17, 67, 768]
 NS = [1, 5, 31, 33, 100]
 
@@ -30,6 +32,22 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 def serial_blas():
     with threadpool_limits(1):
         yield
+
+
+def runs(impl: str) -> bool:
+    """Whether KIME_QGEMM=impl (already set) runs that impl here, not a lesser one it is capped
+    to; "avxvnni-evex" counts as "avxvnni"."""
+    return _qgemm.impl_name().removesuffix("-evex") == impl
+
+
+@pytest.fixture(params=IMPLS)
+def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Forces one impl for the test (pack and run alike); returns its index, a seed."""
+    monkeypatch.setenv("KIME_QGEMM", request.param)
+    if not runs(request.param):
+        pytest.skip("%s does not run here (this CPU or KIME_ISA lacks it); it runs %s"
+                    % (request.param, _qgemm.impl_name()))
+    return IMPLS.index(request.param)
 
 
 def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -53,49 +71,62 @@ def gelu64(x: np.ndarray) -> np.ndarray:
     return x * 0.5 * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64))
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
-def test_int32_bit_exact(isa: int) -> None:
+def test_int32_bit_exact(impl: int) -> None:
     """Raw sums == int64 NumPy over odd K, N tails and M tails, plain and GEGLU-packed, with
-    outliers (a row's max dominates) and all-zero rows."""
-    rng = np.random.default_rng(100 + isa)
+    outliers (a row's max dominates) and all-zero rows, on 1, 2 and 3 threads."""
+    rng = np.random.default_rng(100 + impl)
     for K in KS:
         for N in NS:
             W = rng.standard_normal((N, K), dtype=np.float32)
             W[0, 0] = 40.0  # an outlier row
             if N > 2:
                 W[2] = 0.0  # a zero row: scale 0, q 0
-            packed = _qgemm.pack(W, isa=isa)
+            packed = _qgemm.pack(W)
             G = N - N % 2
-            pg = _qgemm.pack(W[:G], isa=isa, geglu=True) if G else None
+            pg = _qgemm.pack(W[:G], geglu=True) if G else None
             for M in MS:
                 A = rng.standard_normal((M, K), dtype=np.float32) * 3
                 A[-1] = 0.0 if M > 1 else A[-1]
                 want = int_reference(A, W)
                 assert want.max(initial=0) < 2**31
-                threads = 1 + (M >= 64)
-                got = _qgemm.gemm_int32(A, packed, N, K, threads=threads, isa=isa)
-                assert np.array_equal(got, want), (M, K, N)
-                if pg is not None:
-                    got = _qgemm.gemm_int32(A, pg, G, K, geglu=True, threads=threads, isa=isa)
-                    assert np.array_equal(got, want[:, :G]), ("geglu", M, K, G)
+                for threads in (1, 2, 3):
+                    got = _qgemm.gemm_int32(A, packed, N, K, threads=threads)
+                    assert np.array_equal(got, want), (M, K, N, threads)
+                    if pg is not None:
+                        got = _qgemm.gemm_int32(A, pg, G, K, geglu=True, threads=threads)
+                        assert np.array_equal(got, want[:, :G]), ("geglu", M, K, G, threads)
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
-def test_int32_long_k(isa: int) -> None:
+def test_int32_long_k(impl: int) -> None:
     """A long odd K (sums far past int16, past 2^24) stays exact, 1 and 2 threads."""
     rng = np.random.default_rng(9)
     K, N, M = 4099, 37, 30
     W = rng.standard_normal((N, K), dtype=np.float32)
     A = rng.standard_normal((M, K), dtype=np.float32) + 0.5
     W[0] = np.abs(W[0])
-    packed = _qgemm.pack(W, isa=isa)
+    packed = _qgemm.pack(W)
     want = int_reference(A, W)
     for threads in (1, 2):
-        assert np.array_equal(_qgemm.gemm_int32(A, packed, N, K, threads=threads, isa=isa), want)
+        assert np.array_equal(_qgemm.gemm_int32(A, packed, N, K, threads=threads), want)
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
-def test_int32_extremes(isa: int) -> None:
+def test_int32_at_the_k_limit(impl: int) -> None:
+    """At qgemm.h's K limit the true sums still fit int32, but the VNNI impls' unsigned sums
+    (q + 128) and their 128 * colsum compensation do not: both wrap, and the difference is
+    exact."""
+    K, N, M = 133143, 5, 3
+    rng = np.random.default_rng(13)
+    W = np.ones((N, K), np.float32)
+    A = np.ones((M, K), np.float32)
+    W[1] = A[1] = -1.0
+    W[2:] = rng.standard_normal((N - 2, K), dtype=np.float32)
+    A[2] = rng.standard_normal(K, dtype=np.float32)
+    got = _qgemm.gemm_int32(A, _qgemm.pack(W), N, K, threads=2)
+    assert np.array_equal(got, int_reference(A, W))
+    assert got[0, 0] == 127 * 127 * K and got[0, 1] == -127 * 127 * K
+
+
+def test_int32_extremes(impl: int) -> None:
     """Every product at +-127 * +-127 (the u8 255 and pair-saturation corners) stays exact."""
     K, N, M = 768, 33, 13
     rng = np.random.default_rng(5)
@@ -105,24 +136,23 @@ def test_int32_extremes(isa: int) -> None:
     A[1] = -1.0
     W[0] = 1.0
     W[1] = -1.0
-    packed = _qgemm.pack(W, isa=isa)
-    got = _qgemm.gemm_int32(A, packed, N, K, isa=isa)
+    packed = _qgemm.pack(W)
+    got = _qgemm.gemm_int32(A, packed, N, K)
     assert np.array_equal(got, int_reference(A, W))
     assert got[0, 0] == 127 * 127 * K and got[1, 0] == -127 * 127 * K
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
-def test_dequantized_close_to_fp32(isa: int) -> None:
+def test_dequantized_close_to_fp32(impl: int) -> None:
     """store output == dequantized int reference (up to float32 rounding), and within INT8 error
     of the float64 product: |err| <= 2 * (1/254) * sqrt(K) * rms-ish magnitude bound."""
-    rng = np.random.default_rng(isa)
+    rng = np.random.default_rng(impl)
     for K in (17, 67, 768):
         for N in (5, 33, 100):
             W = rng.standard_normal((N, K), dtype=np.float32)
-            packed = _qgemm.pack(W, isa=isa)
+            packed = _qgemm.pack(W)
             for M in (1, 13, 64):
                 A = rng.standard_normal((M, K), dtype=np.float32)
-                got = _qgemm.gemm(A, packed, N, K, isa=isa).astype(np.float64)
+                got = _qgemm.gemm(A, packed, N, K).astype(np.float64)
                 _, sa = quantize(A)
                 _, sw = quantize(W)
                 deq = int_reference(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
@@ -150,9 +180,8 @@ def expected(x: np.ndarray, epilogue: str, C0: np.ndarray) -> np.ndarray:
     return x
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
 @pytest.mark.parametrize("epilogue", EPILOGUES)
-def test_epilogues(isa: int, epilogue: str) -> None:
+def test_epilogues(impl: int, epilogue: str) -> None:
     """Each epilogue applied to the dequantized sums (the exact reference of what the kernel
     computes before the epilogue), with and without bias, on tails."""
     rng = np.random.default_rng(7)
@@ -161,7 +190,7 @@ def test_epilogues(isa: int, epilogue: str) -> None:
             W = rng.standard_normal((N, K), dtype=np.float32)
             bias = rng.standard_normal(N, dtype=np.float32)
             geglu = epilogue == "geglu"
-            packed = _qgemm.pack(W, isa=isa, geglu=geglu)
+            packed = _qgemm.pack(W, geglu=geglu)
             for M in (1, 7, 64):
                 A = rng.standard_normal((M, K), dtype=np.float32)
                 C0 = rng.standard_normal((M, N // 2 if geglu else N), dtype=np.float32)
@@ -171,8 +200,7 @@ def test_epilogues(isa: int, epilogue: str) -> None:
                 for b in (None, bias):
                     x = deq if b is None else deq + b
                     out = C0.copy() if epilogue == "accum" else None
-                    got = _qgemm.gemm(A, packed, N, K, bias=b, epilogue=epilogue, out=out,
-                                      isa=isa)
+                    got = _qgemm.gemm(A, packed, N, K, bias=b, epilogue=epilogue, out=out)
                     want = expected(x, epilogue, C0.astype(np.float64))
                     scale = np.abs(x).max() + (np.abs(C0).max() if epilogue == "accum" else 0)
                     if geglu:
@@ -185,14 +213,13 @@ DET_CASES = [("store", 100, False), ("accum", 96, True), ("gelu", 33, True), ("g
              ("relu", 31, False)]
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
 @pytest.mark.parametrize("epilogue,N,with_bias", DET_CASES, ids=[c[0] for c in DET_CASES])
-def test_bits_independent_of_threads_and_batch(isa: int, epilogue: str, N: int,
+def test_bits_independent_of_threads_and_batch(impl: int, epilogue: str, N: int,
                                                with_bias: bool) -> None:
     rng = np.random.default_rng(11)
     K = 768
     W = rng.standard_normal((N, K), dtype=np.float32)
-    packed = _qgemm.pack(W, isa=isa, geglu=epilogue == "geglu")
+    packed = _qgemm.pack(W, geglu=epilogue == "geglu")
     bias = rng.standard_normal(N, dtype=np.float32) if with_bias else None
     A = rng.standard_normal((333, K), dtype=np.float32)
     C0 = rng.standard_normal((333, N // 2 if epilogue == "geglu" else N), dtype=np.float32)
@@ -200,7 +227,7 @@ def test_bits_independent_of_threads_and_batch(isa: int, epilogue: str, N: int,
     def run(rows: slice, threads: int) -> np.ndarray:
         out = C0[rows].copy() if epilogue == "accum" else None
         return _qgemm.gemm(A[rows], packed, N, K, bias=bias, epilogue=epilogue, out=out,
-                           threads=threads, isa=isa)
+                           threads=threads)
 
     full = run(slice(0, 333), 1)
     for threads in (2, 3):
@@ -213,27 +240,90 @@ def test_bits_independent_of_threads_and_batch(isa: int, epilogue: str, N: int,
                 assert np.array_equal(part[r - start], full[r]), (r, size, threads)
 
 
-@pytest.mark.parametrize("isa", ISAS, ids=IDS)
-def test_strided_rows(isa: int) -> None:
+def test_strided_rows(impl: int) -> None:
     rng = np.random.default_rng(7)
     M, K, N = 29, 40, 37
     big_a = rng.standard_normal((M, K + 9), dtype=np.float32)
     W = rng.standard_normal((N, K), dtype=np.float32)
     big_c = np.full((M, N + 5), 7.0, np.float32)
-    packed = _qgemm.pack(W, isa=isa)
-    _qgemm.gemm(big_a[:, 3:3 + K], packed, N, K, out=big_c[:, 2:2 + N], isa=isa)
-    want = _qgemm.gemm(np.ascontiguousarray(big_a[:, 3:3 + K]), packed, N, K, isa=isa)
+    packed = _qgemm.pack(W)
+    _qgemm.gemm(big_a[:, 3:3 + K], packed, N, K, out=big_c[:, 2:2 + N])
+    want = _qgemm.gemm(np.ascontiguousarray(big_a[:, 3:3 + K]), packed, N, K)
     assert np.array_equal(big_c[:, 2:2 + N], want)
     assert (big_c[:, :2] == 7).all() and (big_c[:, 2 + N:] == 7).all()
 
 
-def test_packing_is_deterministic_and_aligned() -> None:
+def test_packing_is_deterministic_and_aligned(impl: int) -> None:
     W = np.random.default_rng(3).standard_normal((70, 45), dtype=np.float32)
-    for isa in ISAS:
-        for geglu in (False, True):
-            first = _qgemm.pack(W, isa=isa, geglu=geglu)
-            assert first.ctypes.data % 64 == 0
-            assert np.array_equal(first, _qgemm.pack(W.copy(), isa=isa, geglu=geglu))
+    for geglu in (False, True):
+        first = _qgemm.pack(W, geglu=geglu)
+        assert first.ctypes.data % 64 == 0
+        assert np.array_equal(first, _qgemm.pack(W.copy(), geglu=geglu))
+
+
+@pytest.mark.parametrize("epilogue", EPILOGUES)
+def test_simd_impls_agree_bit_for_bit(epilogue: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every SIMD impl quantizes alike, sums exactly, and dequantizes each lane with the same
+    operations (vgelu.h's GELU included; avx2 and avxvnni share the very store), so a model
+    answers with the same bits whichever of them the CPU picks. Portable C rounds its own way
+    (no FMA, libm's erff) and is held to the float64 tolerance above instead."""
+    rng = np.random.default_rng(21)
+    geglu = epilogue == "geglu"
+    for M, K, N in ((1, 3, 6), (7, 67, 34), (64, 768, 100), (333, 45, 70)):
+        W = rng.standard_normal((N, K), dtype=np.float32)
+        A = rng.standard_normal((M, K), dtype=np.float32) * 2
+        bias = rng.standard_normal(N, dtype=np.float32)
+        C0 = rng.standard_normal((M, N // 2 if geglu else N), dtype=np.float32)
+        outs = {}
+        for name in SIMD_IMPLS:
+            monkeypatch.setenv("KIME_QGEMM", name)
+            if runs(name):
+                outs[name] = _qgemm.gemm(A, _qgemm.pack(W, geglu=geglu), N, K, bias=bias,
+                                         epilogue=epilogue, threads=2,
+                                         out=C0.copy() if epilogue == "accum" else None)
+        if len(outs) < 2:
+            pytest.skip("fewer than two SIMD impls run here")
+        first = next(iter(outs.values()))
+        for name, got in outs.items():
+            assert np.array_equal(got, first), (name, M, K, N)
+
+
+def test_impl_choice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ISA bounds the impl, KIME_QGEMM caps it further (unknown names cap nothing), and
+    avxvnni's EVEX twin runs only when asked for by name."""
+    isas = range(_qgemm.isa_detect() + 1)
+
+    def chosen(cap: str | None) -> list[str]:
+        if cap is None:
+            monkeypatch.delenv("KIME_QGEMM", raising=False)
+        else:
+            monkeypatch.setenv("KIME_QGEMM", cap)
+        return [_qgemm.impl_name(isa) for isa in isas]
+
+    default = chosen(None)
+    assert default[0] == "portable"
+    assert all(name in ("avx2", "avxvnni") for name in default[1:2])
+    assert all(name in ("avx2", "avxvnni", "vnni512") for name in default[2:])
+    assert chosen("bogus") == default and chosen("vnni512") == default
+    assert set(chosen("portable")) == {"portable"}
+    assert chosen("avx2") == ["portable"] + ["avx2"] * (len(default) - 1)
+    for name in chosen("avxvnni")[1:]:
+        assert name in ("avx2", "avxvnni", "avxvnni-evex")
+
+
+def test_pack_belongs_to_its_impl(monkeypatch: pytest.MonkeyPatch) -> None:
+    """avx2 packs signed sums, the VNNI impls add 128 * colsum compensation: the same weight
+    packs to different bytes, which is why the disk cache keys INT8 packs by impl."""
+    W = np.random.default_rng(4).standard_normal((40, 24), dtype=np.float32)
+    packs = {}
+    for name in SIMD_IMPLS:
+        monkeypatch.setenv("KIME_QGEMM", name)
+        if runs(name):
+            packs[name] = _qgemm.pack(W)
+    if "avx2" not in packs or "avxvnni" not in packs:
+        pytest.skip("needs avx2 and avxvnni")
+    assert packs["avx2"].shape == packs["avxvnni"].shape
+    assert not np.array_equal(packs["avx2"], packs["avxvnni"])
 
 
 def test_refuses_bad_arguments() -> None:

@@ -11,6 +11,9 @@
  * Kernels.
  *  - AVX-512 VNNI: A packed unsigned (u8 = q + 128), 14 x 32 tiles of vpdpbusd; the store
  *    subtracts 128 * colsum(q_w), which makes the sum exactly sum q_a q_w.
+ *  - AVX-VNNI: the same unsigned scheme in ymm, 6 x 16 tiles (12 accumulators, 2 B vectors and
+ *    a broadcast fill the 16 VEX registers), reusing the AVX2 quantization and store. Its body is
+ *    written once (QKERNEL_YMM_VNNI) and built for the VEX instruction and for its EVEX twin.
  *  - AVX2: vpmaddubsw multiplies u8 by s8 and adds pairs into int16 with saturation; with
  *    u8 = q + 128 up to 255 a pair can reach 64770, so that scheme is not exact. Instead A stays
  *    signed and each product is formed as |q_a| * (q_w * sign(q_a)) (vpabsb, vpsignb): operands are
@@ -25,6 +28,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "qgemm.h"
@@ -38,6 +42,14 @@
 #include <immintrin.h>
 #define TQ512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 #define TQ256 __attribute__((target("avx2,fma")))
+#define TQYMM_EVEX __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
+#include <cpuid.h>
+/* The "avxvnni" target and _mm256_dpbusd_avx_epi32 arrived in GCC 11 and clang 12; older
+ * compilers build the rest and never pick the VEX impl. */
+#if defined(__clang__) ? __clang_major__ >= 12 : __GNUC__ >= 11
+#define KQ_AVXVNNI 1
+#define TQYMM_VEX __attribute__((target("avx2,fma,avxvnni")))
+#endif
 #endif
 
 #define QMAX_TILE (14 * 32) /* int32 of the largest MR x NR tile */
@@ -379,42 +391,138 @@ TQ256 static void qstore256(const int32_t *acc, int m, int n0, int nv, const qep
         }
     }
 }
+
+/* ---- AVX-VNNI: 6 x 16 tiles of ymm vpdpbusd, u8 = q + 128 ----------------------------------- */
+
+#define YMR 6
+#define YNR 16 /* = HQNR: qstore256 reads these tiles as it reads the AVX2 ones */
+
+/* NAME(m, K4, a, b, acc) with DPBUSD(acc, u8, s8) as the dot product, compiled for TARGET. The
+ * production instance and its test twin differ only in the instruction's encoding. */
+#define QKERNEL_YMM_VNNI(TARGET, NAME, DPBUSD)                                                   \
+    TARGET static inline __attribute__((always_inline)) void                                     \
+    NAME##_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)               \
+    {                                                                                            \
+        __m256i c0[YMR], c1[YMR];                                                                \
+        _Pragma("GCC unroll 6") for (int i = 0; i < m; i++)                                      \
+            c0[i] = c1[i] = _mm256_setzero_si256();                                              \
+        for (int g = 0; g < K4; g++, a += YMR * 4, b += YNR * 4) {                               \
+            __m256i b0 = _mm256_loadu_si256((const __m256i *)b);                                 \
+            __m256i b1 = _mm256_loadu_si256((const __m256i *)(b + 32));                          \
+            _Pragma("GCC unroll 6") for (int i = 0; i < m; i++) {                                \
+                __m256i ai = _mm256_set1_epi32(get32(a + 4 * i));                                \
+                c0[i] = DPBUSD(c0[i], ai, b0);                                                   \
+                c1[i] = DPBUSD(c1[i], ai, b1);                                                   \
+            }                                                                                    \
+        }                                                                                        \
+        _Pragma("GCC unroll 6") for (int i = 0; i < m; i++) {                                    \
+            _mm256_storeu_si256((__m256i *)(acc + i * YNR), c0[i]);                              \
+            _mm256_storeu_si256((__m256i *)(acc + i * YNR + 8), c1[i]);                          \
+        }                                                                                        \
+    }                                                                                            \
+    TARGET static void NAME(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)      \
+    {                                                                                            \
+        switch (m) {                                                                             \
+        case 1: NAME##_m(1, K4, a, b, acc); break;                                               \
+        case 2: NAME##_m(2, K4, a, b, acc); break;                                               \
+        case 3: NAME##_m(3, K4, a, b, acc); break;                                               \
+        case 4: NAME##_m(4, K4, a, b, acc); break;                                               \
+        case 5: NAME##_m(5, K4, a, b, acc); break;                                               \
+        case 6: NAME##_m(6, K4, a, b, acc); break;                                               \
+        }                                                                                        \
+    }
+
+#ifdef KQ_AVXVNNI
+QKERNEL_YMM_VNNI(TQYMM_VEX, qkernel_avxvnni, _mm256_dpbusd_avx_epi32)
+#endif
+QKERNEL_YMM_VNNI(TQYMM_EVEX, qkernel_avxvnni_evex, _mm256_dpbusd_epi32)
+#undef QKERNEL_YMM_VNNI
 #endif /* KQ_X86 */
 
-static const qimpl QIMPLS[3] = {
-    {QPMR, QPNR, 0, 64 << 10, quant_portable, qkernel_portable, qstore_portable},
+static const qimpl QIMPLS[] = {
+    [KIME_QGEMM_PORTABLE] = {QPMR, QPNR, 0, 64 << 10, quant_portable, qkernel_portable,
+                             qstore_portable},
 #ifdef KQ_X86
-    {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
-    {VMR, VNR, 128, 128 << 10, quant512, qkernel512, qstore512},
+    [KIME_QGEMM_AVX2] = {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
+    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 128 << 10, quant512, qkernel512, qstore512},
+#ifdef KQ_AVXVNNI
+    [KIME_QGEMM_AVXVNNI] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni, qstore256},
+#endif
+    [KIME_QGEMM_AVXVNNI_EVEX] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni_evex,
+                                 qstore256},
 #endif
 };
 
-static int has_vnni(void)
+static const char *const QIMPL_NAMES[] = {"portable", "avx2", "vnni512", "avxvnni",
+                                          "avxvnni-evex"};
+
+enum { QCPU_VNNI512 = 1, QCPU_VNNI_EVEX256 = 2, QCPU_AVXVNNI = 4 };
+
+/* The VNNI flavours this CPU (and its OS's register state) runs; cached, as isa.c's answer. */
+static int qcpu_features(void)
 {
+    static volatile int cached = -1; /* racing first calls all store the same value */
+    int f = cached;
+    if (f >= 0)
+        return f;
+    f = 0;
 #ifdef KQ_X86
-    static volatile int cached = -1;
-    int v = cached;
-    if (v < 0) {
-        __builtin_cpu_init();
-        v = __builtin_cpu_supports("avx512vnni") ? 1 : 0;
-        cached = v;
+    __builtin_cpu_init(); /* libgcc's checks include the OS's XSAVE support for the registers */
+    if (__builtin_cpu_supports("avx512vnni")) {
+        f |= QCPU_VNNI512;
+        if (__builtin_cpu_supports("avx512vl"))
+            f |= QCPU_VNNI_EVEX256;
     }
-    return v;
-#else
-    return 0;
+#ifdef KQ_AVXVNNI
+    /* cpuid leaf 7 subleaf 1, EAX bit 4; asked directly, as older libgccs don't know the name.
+     * The avx2 check already covers the OS saving ymm state. */
+    unsigned eax, ebx, ecx, edx;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax >> 4 & 1))
+        f |= QCPU_AVXVNNI;
 #endif
+#endif
+    cached = f;
+    return f;
 }
 
 int kime_qgemm_impl(int isa)
 {
+    if (isa & KIME_QGEMM_PINNED) { /* only kime_qgemm_pin makes these; still, stay in range */
+        const int impl = isa & 0xff;
+        const int n = (int)(sizeof QIMPLS / sizeof QIMPLS[0]);
+        return impl < n && QIMPLS[impl].kernel ? impl : KIME_QGEMM_PORTABLE;
+    }
 #ifdef KQ_X86
-    if (isa == KIME_ISA_AVX512)
-        return has_vnni() ? KIME_ISA_AVX512 : KIME_ISA_AVX2;
-    if (isa == KIME_ISA_AVX2)
-        return KIME_ISA_AVX2;
+    /* KIME_QGEMM caps the pick in this order; unset or unknown caps nothing. */
+    enum { UPTO_PORTABLE, UPTO_AVX2, UPTO_AVXVNNI, UPTO_VNNI512 };
+    static const int cap_of[] = {UPTO_PORTABLE, UPTO_AVX2, UPTO_VNNI512, UPTO_AVXVNNI};
+    const char *want = getenv("KIME_QGEMM");
+    int cap = UPTO_VNNI512;
+    for (int k = 0; want && k <= KIME_QGEMM_AVXVNNI; k++)
+        if (strcmp(want, QIMPL_NAMES[k]) == 0)
+            cap = cap_of[k];
+    const int cpu = qcpu_features();
+    if (cap >= UPTO_VNNI512 && isa == KIME_ISA_AVX512 && (cpu & QCPU_VNNI512))
+        return KIME_QGEMM_VNNI512;
+    if (cap >= UPTO_AVXVNNI && isa >= KIME_ISA_AVX2 && (cpu & QCPU_AVXVNNI))
+        return KIME_QGEMM_AVXVNNI;
+    /* Only asking for avxvnni by name runs the twin: by default its EVEX instructions would slip
+     * past a KIME_ISA=avx2 cap, and where it runs, vnni512 is the faster choice anyway. */
+    if (cap == UPTO_AVXVNNI && isa >= KIME_ISA_AVX2 && (cpu & QCPU_VNNI_EVEX256))
+        return KIME_QGEMM_AVXVNNI_EVEX;
+    if (cap >= UPTO_AVX2 && isa >= KIME_ISA_AVX2)
+        return KIME_QGEMM_AVX2;
 #endif
     (void)isa;
-    return KIME_ISA_PORTABLE;
+    return KIME_QGEMM_PORTABLE;
+}
+
+int kime_qgemm_pin(int isa) { return KIME_QGEMM_PINNED | kime_qgemm_impl(isa); }
+
+const char *kime_qgemm_impl_name(int impl)
+{
+    return impl >= 0 && impl <= KIME_QGEMM_AVXVNNI_EVEX ? QIMPL_NAMES[impl] : "unknown";
 }
 
 static const qimpl *qimpl_of(int isa) { return &QIMPLS[kime_qgemm_impl(isa)]; }
@@ -479,7 +587,8 @@ void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *pac
                 scale = amax / 127.0f;
             }
             sw[p * nr + j] = scale;
-            comp[p * nr + j] = im->offset * sum;
+            /* 128 * colsum passes INT32_MAX near the K limit: wrap, as the SIMD sums do */
+            comp[p * nr + j] = (int32_t)((uint32_t)im->offset * (uint32_t)sum);
         }
 }
 
@@ -567,7 +676,7 @@ static void store_int32(const qjob *j, const int32_t *acc, int m, int n0, int nv
                     continue;
                 col = n0 + l;
             }
-            C[col] = acc[l] - comp[l];
+            C[col] = (int32_t)((uint32_t)acc[l] - (uint32_t)comp[l]); /* see kime_qgemm_pack */
         }
 }
 

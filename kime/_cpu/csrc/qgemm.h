@@ -7,7 +7,7 @@
  *   amax = max_k |x_k|;  inv = amax > 0 ? 127.0f / amax : 0;  q_k = clamp(rint(x_k * inv), +-127)
  *   scale = amax / 127.0f                               (every operation in float32)
  * so `A @ W^T ~= (q_a @ q_w^T) * scale_a[m] * scale_w[n]`. The INT32 sums are exact and the same
- * on every ISA, so results are identical at any thread count and batch composition.
+ * on every impl, so results are identical at any thread count and batch composition.
  * Limits: K <= 133143 (so that |sum| <= K * 127^2 fits int32); inputs must be finite (a NaN or
  * infinity in a row makes that row's quantization, and so its outputs, meaningless).
  */
@@ -23,9 +23,31 @@
 extern "C" {
 #endif
 
-/* The kernel set `isa` runs: KIME_ISA_AVX512 needs AVX512-VNNI as well and otherwise runs the
- * AVX2 kernels; a packed buffer is valid only for the kernel set it was packed for. */
+/* The kernel sets ("impls"). The two AVX-VNNI ones are one 256-bit algorithm built twice: the
+ * VEX vpdpbusd that AVX-VNNI CPUs run, and the EVEX encoding of the same instruction (AVX512-VL
+ * + VNNI) so that CPUs without AVX-VNNI can test it; their packed buffers are the same. */
+enum kime_qgemm_kind {
+    KIME_QGEMM_PORTABLE = 0,
+    KIME_QGEMM_AVX2 = 1,         /* vpmaddubsw + vpmaddwd, signed                              */
+    KIME_QGEMM_VNNI512 = 2,      /* AVX512-VNNI zmm                                            */
+    KIME_QGEMM_AVXVNNI = 3,      /* AVX-VNNI ymm (Alder Lake and later without AVX-512)        */
+    KIME_QGEMM_AVXVNNI_EVEX = 4  /* the same kernel in EVEX: only when KIME_QGEMM asks for it  */
+};
+
+/* The impl `isa` runs: the best of vnni512 (isa AVX512 with AVX512-VNNI), avxvnni (isa AVX2 or
+ * above with AVX-VNNI), avx2 (isa AVX2 or above) and portable. The KIME_QGEMM environment variable
+ * ("vnni512", "avxvnni", "avx2", "portable"; read on every call, as KIME_ISA) caps it so tests
+ * can force each impl; "avxvnni" on a CPU without AVX-VNNI but with AVX512-VL + VNNI runs the
+ * EVEX twin. A packed buffer is valid only for the impl it was packed for, so set it before
+ * packing and leave it. */
 int kime_qgemm_impl(int isa);
+/* An `isa` argument of KIME_QGEMM_PINNED | impl runs that impl whatever KIME_QGEMM says at the
+ * time: a loaded model pins its impl once (kime_qgemm_pin), so its packed weights and scratch
+ * always meet the kernels they were made for. */
+#define KIME_QGEMM_PINNED 0x100
+int kime_qgemm_pin(int isa);
+/* "portable", "avx2", "vnni512", "avxvnni", "avxvnni-evex"; "unknown" for anything else. */
+const char *kime_qgemm_impl_name(int impl);
 
 /* Bytes the packed form of an [N, K] weight needs for `isa` (int8 panels, scales, column sums). */
 size_t kime_qgemm_packed_bytes(int isa, int N, int K, int geglu);
