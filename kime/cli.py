@@ -88,9 +88,11 @@ def _doctor_report() -> dict:
     }
     cpu: dict = {"threads": cpu_count(), "kime_isa_env": os.environ.get("KIME_ISA")}
     try:
-        from ._cpu import _forward, _ops
+        from ._cpu import _forward, _ops, _qgemm
 
         cpu["isa"] = _forward.isa_name(_forward.isa_detect())
+        cpu["int8_kernels"] = _qgemm.impl_name()
+        cpu["kime_qgemm_env"] = os.environ.get("KIME_QGEMM")
         cpu["openmp"] = bool(_ops.has_openmp())
     except Exception as e:  # a broken build is what doctor is for: report it, don't die
         cpu["isa"] = None
@@ -137,7 +139,11 @@ def _doctor(args: argparse.Namespace) -> int:
     isa = cpu["isa"] or "unavailable (%s)" % cpu.get("error")
     if cpu["kime_isa_env"]:
         isa += " (capped by KIME_ISA=%s)" % cpu["kime_isa_env"]
+    int8 = cpu.get("int8_kernels") or "unavailable"
+    if cpu.get("kime_qgemm_env"):
+        int8 += " (capped by KIME_QGEMM=%s)" % cpu["kime_qgemm_env"]
     lines += [("cpu isa / kernels", isa),
+              ("int8 kernels", int8),
               ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
               ("threads (threads=0)", cpu["threads"]),
               ("cpu backend", cpu["backend"])]
@@ -175,19 +181,21 @@ def _convert(args: argparse.Namespace) -> int:
     from .engine import Kime
     from ._cpu.weights import _key, cache_dir
 
-    engine = Kime(args.model, device=args.device, threads=args.threads)
+    engine = Kime(args.model, device=args.device, precision=args.precision, threads=args.threads)
     backend: Any = engine._backend  # the compiled CPU backend has isa_name and weights_from
     how = getattr(backend, "weights_from", None)
     if how is None:
         raise Unsupported("the %s backend keeps no packed weights to convert (unset "
                           "KIME_CPU_BACKEND to use the compiled one)" % backend.describe())
-    path = os.path.join(cache_dir(), _key(engine._ck, backend.isa_name, backend.precision) + ".kpack")
+    path = os.path.join(cache_dir(), _key(engine._ck, backend.isa_name, backend.precision,
+                                          getattr(backend, "qgemm_impl", None)) + ".kpack")
     if not os.path.isfile(path):
         raise OSError("packed the weights for %s, but could not write the cache file %s "
                       "(is the directory writable? set KIME_CACHE to move it)"
                       % (backend.isa_name, path))
     print("model:  %s (%s)" % (args.model, engine._ck.path))
     print("isa:    %s" % backend.isa_name)
+    print("device: %s" % backend.describe())
     print("cache:  %s" % path)
     print("size:   %s (%d bytes)" % (_size(os.path.getsize(path)), os.path.getsize(path)))
     print("status: %s" % ("built now" if how == "packed" else "already cached"))
@@ -279,6 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="alias, hf://org/repo[/sub], org/repo or a checkpoint directory")
     c.add_argument("--device", default="cpu", help="cpu (default) or auto")
     c.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
+    c.add_argument("--precision", default="f32", help="f32 (default) or int8: which packed "
+                   "weights to build")
     c.set_defaults(run=_convert)
 
     s = sub.add_parser("serve", help="serve laya-serve's HTTP API (needs kime[serve])",

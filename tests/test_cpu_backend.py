@@ -248,3 +248,29 @@ def test_int8_is_refused_on_the_reference(tmp_path):
     path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
     with pytest.raises(kime.Unsupported, match="int8"):
         _engine(path, backend="reference", precision="int8")
+
+
+def test_int8_kernels_are_pinned_at_load(tmp_path, monkeypatch):
+    """A loaded INT8 model keeps the kernel set its weights were packed for, even when
+    KIME_QGEMM changes afterwards (a different set would read the packed bytes wrongly)."""
+    from kime._cpu import _qgemm
+
+    names = {_qgemm.impl_name()}
+    monkeypatch.setenv("KIME_QGEMM", "avx2")
+    names.add(_qgemm.impl_name())
+    if len(names) < 2:
+        pytest.skip("this CPU runs a single INT8 kernel set (%s)" % names.pop())
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    eng = _engine(path, threads=1, precision="int8")
+    assert "avx2 INT8" in eng.device
+    req = _requests(11, 1)[0]
+    before = eng.decide(req, cache=False)
+    monkeypatch.delenv("KIME_QGEMM")
+    after = eng.decide(req, cache=False)
+    fresh = _engine(path, threads=1, precision="int8")
+    assert "avx2" not in fresh.device
+    for qid in req["questions"]:
+        assert after[qid].logits.tobytes() == before[qid].logits.tobytes()
+    # Each kernel set has its own cache file.
+    assert len(list(Path(packed.cache_dir()).glob("*-int8-*.kpack"))) == 2

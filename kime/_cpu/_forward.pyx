@@ -38,7 +38,7 @@ cdef extern from "forward.h":
         const float *down_b
         int is_global
     ctypedef struct kime_model:
-        int isa, int8, d, vocab, layers, heads, inter, half_window
+        int isa, int8, qisa, d, vocab, layers, heads, inter, half_window
         float norm_eps
         const uint16_t *tok_emb
         const float *emb_norm_w
@@ -133,6 +133,7 @@ cdef class Model:
         m = &self.m
         m.isa = isa
         m.int8 = int(spec.get("int8", 0))
+        m.qisa = int(spec.get("qisa", isa))
         m.d = self.d = spec["d"]
         m.vocab = spec["vocab"]
         m.layers = spec["layers"]
@@ -232,7 +233,7 @@ cdef class Arena:
             "gemm_scratch": gemm_scratch,
             "attn_scratch": kime_attention_scratch_floats(hd, threads),
             # qgemm's scratch in bytes, as floats; none for an FP32 model.
-            "qgemm_scratch": (max(kime_qgemm_scratch_bytes(isa, k, threads)
+            "qgemm_scratch": (max(kime_qgemm_scratch_bytes(spec.get("qisa", isa), k, threads)
                                   for k in (d, inter, 4 * d)) + 3) // 4 if spec.get("int8") else 1,
         }
         self.buffers = []

@@ -69,9 +69,14 @@ class CpuBackend:
         self.isa = _forward.isa_detect()
         self.isa_name = _forward.isa_name(self.isa)
         self.spec = spec_of(ck, int8=int8)
+        if int8:
+            # The INT8 kernel set is chosen once, here: the packed weights, the scratch and every
+            # call then agree even if KIME_QGEMM changes while the model is loaded.
+            self.spec["qisa"] = _qgemm.pin(self.isa)
+            self.qgemm_impl = _qgemm.impl_name(self.spec["qisa"])
         self._arrays, self.weights_from = load_packed(
             ck, self.isa, self.isa_name, _gemm.pack, use_cache=use_cache,
-            qpack=_qgemm.pack if int8 else None)
+            qpack=_qgemm.pack if int8 else None, qisa=self.spec.get("qisa"))
         self._model = _forward.Model(self._arrays, self.spec, self.isa, threads)
         self._plans: Dict[int, Plan] = {}
         self._blas = ThreadpoolController()
@@ -100,7 +105,7 @@ class CpuBackend:
     def describe(self) -> str:
         if self.int8:
             return "cpu (%s INT8 GEMMs, FP32 attention and heads, %d threads)" % (
-                self.isa_name, self.threads)
+                self.qgemm_impl, self.threads)
         return "cpu (%s FP32 kernels, %d threads)" % (self.isa_name, self.threads)
 
 

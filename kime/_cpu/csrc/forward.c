@@ -85,7 +85,7 @@ static void linear(const kime_model *m, const kime_arena *a, const float *A, int
                    int N, const float *W, const float *bias, int epi, float *C, int ldc,
                    int nthreads) {
     if (m->int8)
-        kime_qgemm(m->isa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->qgemm_scratch,
+        kime_qgemm(m->qisa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->qgemm_scratch,
                    nthreads);
     else
         kime_gemm(m->isa, A, lda, M, K, N, W, bias, epi, C, ldc, a->gemm_scratch, nthreads);

@@ -25,6 +25,7 @@ typedef struct {
 typedef struct {
     int isa;
     int int8; /* encoder and decision-head weights are INT8 (qgemm.h); scorer and act head FP32 */
+    int qisa; /* what the INT8 GEMMs are called with: the isa with its qgemm impl pinned */
     int d, vocab, layers, heads, inter, half_window;
     float norm_eps;
     const uint16_t *tok_emb;      /* [vocab, d] FP16 bits: gathered and widened per token */
