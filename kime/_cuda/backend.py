@@ -1,0 +1,368 @@
+"""The CUDA backend: Laya's forward pass on one GPU through CuPy, cuBLAS and `kernels.cu`.
+
+`CudaBackend` uploads the weights once (FP16 by default, or FP32 with TF32 off) and keeps one
+`Plan` per slot count (`layout.pick_cap`). A plan owns everything a batch touches: the device
+arena, sized once; the metadata buffer and its pinned host twin, filled by `Layout.fill` and
+uploaded with one copy; pinned buffers the logits and act probabilities come back through; and
+the forward pass lowered once into a flat list of kernel launches and GEMMs. With `graphs=True`
+(the default) the first batch of a plan runs that list eagerly, which also lets cuBLAS set up its
+workspace outside a capture, then captures it into a CUDA graph that every later batch replays:
+one launch per forward pass and no allocation. `graphs=False` runs the list eagerly every time;
+both give the same bits (tests/cuda/test_backend.py).
+
+A plan fixes its slot count, so a batch that does not fill it is padded (layout.py): padding and
+gap slots are rows of their own that no real row can see, so a row's bits do not depend on what
+else the batch holds. Running out of device memory while building a plan splits the batch into
+smaller ones; it never falls back to the CPU.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from ..backend import Memory
+from ..batch import Batch, Outputs
+from ..buckets import BUCKETS, PRELOAD
+from ..checkpoint import ACT_HIDDEN, HEAD_NORM_EPS, Checkpoint
+from ..errors import BadOption, Unsupported
+from .device import open_cupy
+from .gemm import Gemm, GemmCall
+from .kernels import Kernels, Launch
+from .layout import SLACK, Layout, aligned_tokens, buffer_ints, offsets, pick_cap, plan_caps
+
+Op = Union[Launch, GemmCall]
+
+CUDA_ERROR_MEMORY_ALLOCATION = 2
+
+
+def toolkit(ordinal: int) -> Tuple[Any, Any]:
+    """CuPy and its cuBLAS module, once GPU `ordinal` is known to run (device.open_cupy)."""
+    cupy = open_cupy(ordinal)
+    from cupy_backends.cuda.libs import cublas  # type: ignore[import-not-found]
+
+    return cupy, cublas
+
+
+def rope_half_tables(n: int, head_dim: int, theta: float) -> "tuple[np.ndarray, np.ndarray]":
+    """cos and sin [n, head_dim / 2] in FP32, computed as transformers (and the reference,
+    kime/_cpu/reference.py `rope_tables`) computes them; the second half of their tables repeats
+    the first, so the kernel reads this half for both."""
+    f32 = np.float32
+    inv_freq = f32(1.0) / (f32(theta) ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
+    freqs = np.arange(n, dtype=f32)[:, None] * inv_freq[None, :]
+    return np.ascontiguousarray(np.cos(freqs)), np.ascontiguousarray(np.sin(freqs))
+
+
+def sub_batch(batch: Batch, start: int, stop: int) -> Batch:
+    """Rows `start:stop` of a batch, as a batch of their own."""
+    a, b = int(batch.cu[start]), int(batch.cu[stop])
+    ma, mb = int(batch.mcu[start]), int(batch.mcu[stop])
+    return Batch(ids=batch.ids[a:b], cu=batch.cu[start:stop + 1] - a,
+                 markers=batch.markers[ma:mb], mcu=batch.mcu[start:stop + 1] - ma,
+                 qtype=batch.qtype[start:stop])
+
+
+def halve(batch: Batch) -> int:
+    """The row that splits a batch into two of about equal tokens (at least one row each)."""
+    half = batch.tokens / 2
+    best = min(range(1, batch.rows), key=lambda r: abs(int(batch.cu[r]) - half))
+    return best
+
+
+class Plan:
+    """One slot count `cap`: its arena, staging buffers, lowered forward pass and CUDA graph."""
+
+    def __init__(self, owner: "CudaBackend", cap: int):
+        cp = owner.cupy
+        ck = owner.ck
+        enc = ck.encoder
+        d, inter = enc.hidden, enc.intermediate
+        act = np.float16 if owner.half else np.float32
+        self.owner = owner
+        self.cap = cap
+        self.n_act = ck.config.n_act
+        rows = cap + SLACK
+        wide = max(3 * d, 2 * inter, 4 * d if ck.config.head_layers else 0)
+        # Zeroed once: the slack rows the attention kernel may stage are finite.
+        self.x = cp.zeros((rows, d), dtype=np.float32)
+        self.h = cp.zeros((rows, d), dtype=act)
+        self.y = cp.zeros((rows, d), dtype=act)
+        self.big = cp.zeros(rows * wide, dtype=act)
+        self.mid = cp.zeros(rows * inter, dtype=act)
+        self.meta = cp.zeros(buffer_ints(cap), dtype=np.int32)
+        self.logits = cp.zeros(cap, dtype=np.float32)
+        self.act = cp.zeros((cap, self.n_act), dtype=np.float32)
+        self.rope: Dict[float, Any] = {}
+        for theta in {enc.global_theta, enc.local_theta}:
+            cos, sin = rope_half_tables(cap, enc.head_dim, theta)
+            self.rope[theta] = (cp.asarray(cos), cp.asarray(sin))
+        self._device_arrays = [self.x, self.h, self.y, self.big, self.mid, self.meta, self.logits,
+                               self.act] + [a for pair in self.rope.values() for a in pair]
+
+        self._pinned = [cp.cuda.alloc_pinned_memory(4 * n)
+                        for n in (buffer_ints(cap), cap, cap * self.n_act)]
+        meta_host = np.frombuffer(self._pinned[0], np.int32, buffer_ints(cap))
+        meta_host[:] = 0
+        self.layout = Layout(cap, meta_host)
+        self.logits_host = np.frombuffer(self._pinned[1], np.float32, cap)
+        self.act_host = np.frombuffer(self._pinned[2], np.float32, cap * self.n_act).reshape(
+            cap, self.n_act)
+
+        at = offsets(cap)
+        self.fields = {name: self.meta[at[name]:at[name] + cap + (name == "mcu")] for name in at}
+        self.ops: List[Op] = self._lower()
+        self.graph: Any = None
+        self.graph_error: Optional[str] = None
+
+    @property
+    def nbytes(self) -> int:
+        return sum(int(a.nbytes) for a in self._device_arrays) + sum(
+            int(p.size()) for p in self._pinned)
+
+    def _lower(self) -> List[Op]:
+        """The forward pass as a flat list of launches, every address and size bound."""
+        o = self.owner
+        ck, w, k, gemm = o.ck, o.weights, o.kernels, o.gemm
+        enc, cfg = ck.encoder, ck.config
+        d, inter, n = enc.hidden, enc.intermediate, self.cap
+        x, h, y, big, mid = self.x, self.h, self.y, self.big, self.mid
+        f = self.fields
+        ops: List[Op] = []
+
+        def mm(src: Any, weight: str, dst: Any, n_out: int, n_in: int) -> None:
+            ops.append(gemm.call(src, w[weight], dst, n, n_out, n_in, weight, o.gemm_rows))
+
+        e = "encoder."
+        ops.append(k.embed_norm(f["ids"], w[e + "embeddings.tok_embeddings.weight"],
+                                w[e + "embeddings.norm.weight"], w.get(e + "embeddings.norm.bias"),
+                                enc.norm_eps, n, d, x, h))
+        for i in range(enc.layers):
+            p = e + "layers.%d." % i
+            is_global = enc.global_layers[i]
+            cos, sin = self.rope[enc.global_theta if is_global else enc.local_theta]
+            mm(h, p + "attn.Wqkv.weight", big, 3 * d, d)
+            ops.append(k.rope(big, w.get(p + "attn.Wqkv.bias"), cos, sin, f["lo"], n, d,
+                              enc.head_dim))
+            ops.append(k.attention(big, f["lo"], f["hi"], n, d, enc.heads,
+                                   None if is_global else enc.half_window, h))
+            mm(h, p + "attn.Wo.weight", y, d, d)
+            ops.append(k.add_norm(x, y, w.get(p + "attn.Wo.bias"), w[p + "mlp_norm.weight"],
+                                  w.get(p + "mlp_norm.bias"), enc.norm_eps, n, d, h))
+            mm(h, p + "mlp.Wi.weight", big, 2 * inter, d)
+            ops.append(k.geglu(big, w.get(p + "mlp.Wi.bias"), n, inter, mid))
+            mm(mid, p + "mlp.Wo.weight", y, d, inter)
+            bias = w.get(p + "mlp.Wo.bias")
+            if i + 1 < enc.layers:
+                q = e + "layers.%d.attn_norm." % (i + 1)
+                ops.append(k.add_norm(x, y, bias, w[q + "weight"], w.get(q + "bias"),
+                                      enc.norm_eps, n, d, h))
+            else:
+                first = "head.layers.0." if cfg.head_layers else None
+                ops.append(k.final_norm(
+                    x, y, bias, w[e + "final_norm.weight"], w.get(e + "final_norm.bias"),
+                    enc.norm_eps, w["type_emb.weight"], f["qtok"],
+                    w[first + "norm1.weight"] if first else None,
+                    w[first + "norm1.bias"] if first else None, HEAD_NORM_EPS, n, d, h))
+        for j in range(cfg.head_layers):
+            p = "head.layers.%d." % j
+            mm(h, p + "self_attn.in_proj_weight", big, 3 * d, d)
+            ops.append(k.bias_act(big, w[p + "self_attn.in_proj_bias"], n, 3 * d, relu=False))
+            ops.append(k.attention(big, f["lo"], f["hi"], n, d, ck.head_heads, None, h))
+            mm(h, p + "self_attn.out_proj.weight", y, d, d)
+            ops.append(k.add_norm(x, y, w[p + "self_attn.out_proj.bias"], w[p + "norm2.weight"],
+                                  w[p + "norm2.bias"], HEAD_NORM_EPS, n, d, h))
+            mm(h, p + "linear1.weight", big, 4 * d, d)
+            ops.append(k.bias_act(big, w[p + "linear1.bias"], n, 4 * d, relu=True))
+            mm(big, p + "linear2.weight", y, d, 4 * d)
+            nxt = "head.layers.%d." % (j + 1) if j + 1 < cfg.head_layers else None
+            ops.append(k.add_norm(x, y, w[p + "linear2.bias"],
+                                  w[nxt + "norm1.weight"] if nxt else None,
+                                  w[nxt + "norm1.bias"] if nxt else None, HEAD_NORM_EPS, n, d, h))
+        ops.append(k.gather_norm(x, f["mtok"], w["scorer.0.weight"], w["scorer.0.bias"],
+                                 HEAD_NORM_EPS, n, d, h))
+        mm(h, "scorer.1.weight", y, d, d)
+        ops.append(k.score(y, w["scorer.1.bias"], w["scorer.3.weight"], w["scorer.3.bias"], n, d,
+                           self.logits))
+        ops.append(k.act_head(x, self.logits, f["mcu"], f["rfirst"], w["act_head.0.weight"],
+                              w["act_head.0.bias"], w["act_head.2.weight"], w["act_head.2.bias"],
+                              n, d, ACT_HIDDEN, self.n_act, self.act))
+        return ops
+
+    def forward(self) -> None:
+        """Enqueue the whole forward pass on the current stream."""
+        for op in self.ops:
+            op()
+
+    def _capture(self) -> None:
+        stream = self.owner.stream
+        stream.begin_capture()
+        try:
+            self.forward()
+        except Exception as e:
+            try:
+                stream.end_capture()
+            except Exception:
+                pass
+            self.graph_error = "%s: %s" % (type(e).__name__, e)
+            return
+        self.graph = stream.end_capture()
+
+    def run(self, batch: Batch, graphs: bool) -> Outputs:
+        """Lay the batch in, run, and return views of the pinned outputs (valid until the next
+        run of this plan)."""
+        markers, rows = self.layout.fill(batch)
+        cp, stream = self.owner.cupy, self.owner.stream
+        runtime = cp.cuda.runtime
+        runtime.memcpyAsync(self.meta.data.ptr, self.layout.buffer.ctypes.data,
+                            4 * self.layout.buffer.size, runtime.memcpyHostToDevice, stream.ptr)
+        if not graphs or self.graph_error is not None:
+            self.forward()
+        elif self.graph is None:
+            self.forward()  # this batch's results; and cuBLAS warms up outside the capture
+            self._capture()
+        else:
+            self.graph.launch(stream)
+        runtime.memcpyAsync(self.logits_host.ctypes.data, self.logits.data.ptr, 4 * markers,
+                            runtime.memcpyDeviceToHost, stream.ptr)
+        runtime.memcpyAsync(self.act_host.ctypes.data, self.act.data.ptr,
+                            4 * rows * self.n_act, runtime.memcpyDeviceToHost, stream.ptr)
+        stream.synchronize()
+        return Outputs(logits=self.logits_host[:markers], act=self.act_host[:rows])
+
+
+class CudaBackend:
+    """Laya's forward pass on GPU `ordinal` in `precision` `f16` (default) or `f32`.
+
+    `graphs=False` runs every batch eagerly (for tests and debugging); `attention` picks the
+    attention kernel: `auto` (tensor cores where the device and head size allow), `mma` (insist
+    on them) or `simple` (the FP32-math kernel everywhere). `gemm_rows` issues every GEMM in
+    slices of that many rows (a divisor of every plan's slot count, e.g. 288), so a row's bits do
+    not depend on the plan it runs in even where cuBLAS picks kernels by shape (gemm.py).
+    """
+
+    name = "cuda"
+
+    def __init__(self, ck: Checkpoint, ordinal: int = 0, precision: str = "f16",
+                 preload: bool = False, threads: int = 0, graphs: bool = True,
+                 attention: str = "auto", gemm_rows: Optional[int] = None):
+        if precision not in ("f16", "f32"):
+            raise Unsupported("precision=%r does not run on a GPU; use 'f16' (the default) or "
+                              "'f32'" % (precision,))
+        if attention not in ("auto", "mma", "simple"):
+            raise BadOption("attention=%r: use 'auto', 'mma' or 'simple'" % (attention,))
+        cp, cublas = toolkit(ordinal)
+        self.cupy = cp
+        self.ck = ck
+        self.ordinal = ordinal
+        self.precision = precision
+        self.half = precision == "f16"
+        self.graphs = graphs
+        self.gemm_rows = gemm_rows
+        self.threads = threads
+        self.max_batch_tokens = BUCKETS[-1]
+        self._device = cp.cuda.Device(ordinal)
+        with self._device:
+            props = cp.cuda.runtime.getDeviceProperties(ordinal)
+            name = props.get("name", b"GPU")
+            self.gpu_name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+            self.capability = (int(props["major"]), int(props["minor"]))
+            self.stream = cp.cuda.Stream(non_blocking=True)
+            self.gemm = Gemm(cublas, self.stream.ptr, self.half)
+            self.weights = self._upload(ck)
+            head_dims = (ck.encoder.head_dim, ck.hidden // ck.head_heads)
+            self.kernels = Kernels(cp, self.half, head_dims, mma=attention != "simple",
+                                   mma_ok=self.capability >= (8, 0))
+        if attention == "mma" and not self.kernels.use_mma:
+            raise Unsupported("attention='mma' needs precision='f16' and a GPU of compute "
+                              "capability 8.0 or newer; this is %s (sm_%d%d) in %s"
+                              % ((self.gpu_name,) + self.capability + (precision,)))
+        self._plans: Dict[int, Plan] = {}
+        self._oom_cap: Optional[int] = None
+        if preload:
+            for cap in plan_caps()[:PRELOAD]:
+                self.warm(cap)
+
+    def _upload(self, ck: Checkpoint) -> Any:
+        from .weights import DeviceWeights
+
+        try:
+            return DeviceWeights(ck, self.cupy, self.half)
+        except self.cupy.cuda.memory.OutOfMemoryError as e:
+            raise Unsupported("the weights of %s do not fit in the memory of cuda:%d (%s): %s"
+                              % (ck.path, self.ordinal, self.gpu_name, e)) from e
+
+    # --- plans ---------------------------------------------------------------------------------
+
+    def plan(self, cap: int) -> Plan:
+        """The plan of `cap` slots, built on first use."""
+        plan = self._plans.get(cap)
+        if plan is None:
+            with self._device:
+                plan = self._plans[cap] = Plan(self, cap)
+        return plan
+
+    def warm(self, cap: int) -> None:
+        """Build the plan of `cap` slots and capture its graph now, with a one-row batch."""
+        batch = Batch.pack([[0] * 16], [[1]], [0])
+        with self._device, self.stream:
+            self.plan(cap).run(batch, self.graphs)
+
+    def _is_oom(self, error: BaseException) -> bool:
+        if isinstance(error, self.cupy.cuda.memory.OutOfMemoryError):
+            return True
+        return getattr(error, "status", None) == CUDA_ERROR_MEMORY_ALLOCATION
+
+    # --- running -------------------------------------------------------------------------------
+
+    def run(self, batch: Batch) -> Outputs:
+        with self._device, self.stream:
+            return self._run(batch)
+
+    def _run(self, batch: Batch) -> Outputs:
+        cap = pick_cap(aligned_tokens(batch))
+        if self._oom_cap is not None and cap >= self._oom_cap and batch.rows > 1:
+            return self._run_halves(batch)
+        try:
+            plan = self.plan(cap)
+        except Exception as e:
+            if not self._is_oom(e):
+                raise
+            self._plans.pop(cap, None)
+            self.cupy.get_default_memory_pool().free_all_blocks()
+            self._oom_cap = cap if self._oom_cap is None else min(cap, self._oom_cap)
+            if batch.rows == 1:
+                raise Unsupported("cuda:%d (%s) runs out of memory for a single row of %d tokens "
+                                  "(a %d-slot plan): %s" % (self.ordinal, self.gpu_name,
+                                                            batch.tokens, cap, e)) from e
+            return self._run_halves(batch)
+        return plan.run(batch, self.graphs)
+
+    def _run_halves(self, batch: Batch) -> Outputs:
+        """A batch too large for the memory left, as two smaller ones."""
+        cut = halve(batch)
+        first = self._run(sub_batch(batch, 0, cut))
+        logits, act = first.logits.copy(), first.act.copy()  # the next run reuses the buffers
+        second = self._run(sub_batch(batch, cut, batch.rows))
+        return Outputs(logits=np.concatenate([logits, second.logits]),
+                       act=np.concatenate([act, second.act]))
+
+    # --- facts ---------------------------------------------------------------------------------
+
+    def memory(self) -> Memory:
+        return Memory(weights=self.weights.nbytes,
+                      plans=sum(p.nbytes for p in self._plans.values()))
+
+    def describe(self) -> str:
+        numerics = ("FP16 weights and activations, FP32 accumulation" if self.half
+                    else "FP32, TF32 off")
+        attention = "tensor-core attention" if self.kernels.use_mma else "FP32-math attention"
+        failed = sorted({p.graph_error for p in self._plans.values() if p.graph_error})
+        if not self.graphs:
+            graphs = "no CUDA graphs"
+        elif failed:
+            graphs = "CUDA graphs failed, running eagerly: %s" % failed[0]
+        else:
+            graphs = "CUDA graphs"
+        return "cuda:%d (%s, sm_%d%d; %s; %s; %s)" % (
+            (self.ordinal, self.gpu_name) + self.capability + (numerics, attention, graphs))

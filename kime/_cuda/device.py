@@ -1,0 +1,118 @@
+"""Finding a GPU: import CuPy and check the device, with one clear error per reason it fails.
+
+The reasons a user can act on differ, so each has its own exception (kime/errors.py):
+`CupyMissing` (install CuPy), `CudaMismatch` (CuPy built for a CUDA major this machine's driver
+or libraries lack: install the other wheel), `NoGpu` (no driver or no device), and
+`BadDeviceOrdinal` (`cuda:N` past the GPUs there are). `probe` asks the same questions quietly,
+for `device="auto"`.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..errors import BadDeviceOrdinal, CudaMismatch, CudaUnavailable, CupyMissing, NoGpu
+
+MIN_CUPY = (13, 0)
+
+# cudaError_t values the checks tell apart.
+INSUFFICIENT_DRIVER = 35
+NO_DEVICE = 100
+SYSTEM_DRIVER_MISMATCH = 803
+COMPAT_NOT_SUPPORTED = 804
+
+INSTALL = ("install the CuPy wheel for this machine's CUDA major: `pip install cupy-cuda12x` for a "
+           "CUDA 12 driver, `pip install cupy-cuda13x` for CUDA 13 (`nvidia-smi` shows the "
+           "driver's CUDA version)")
+
+
+def import_cupy() -> Any:
+    """`import cupy`, on its own so tests can stand in a broken or missing CuPy."""
+    import cupy  # type: ignore[import-not-found]
+
+    return cupy
+
+
+def _version(text: str) -> tuple:
+    parts = []
+    for piece in str(text).split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def _cuda_version(code: int) -> str:
+    return "%d.%d" % (code // 1000, (code % 1000) // 10) if code else "none"
+
+
+def _status(error: BaseException) -> Optional[int]:
+    status = getattr(error, "status", None)
+    return int(status) if isinstance(status, int) else None
+
+
+def open_cupy(ordinal: int = 0) -> Any:
+    """CuPy, once it is certain that GPU `ordinal` can run kime; raises a `CudaUnavailable`
+    subclass naming the reason and the fix otherwise."""
+    where = "device='cuda:%d'" % ordinal
+    try:
+        cupy = import_cupy()
+    except ModuleNotFoundError as e:
+        if e.name != "cupy":  # CuPy is there but something it imports is not
+            raise CudaMismatch("%s: CuPy is installed but does not import (%s); %s"
+                               % (where, e, INSTALL)) from e
+        raise CupyMissing("%s needs CuPy, which is not installed: `pip install 'kime[cuda]'` "
+                          "(or %s), or use device='cpu'" % (where, INSTALL.split(": ", 1)[1])) from e
+    except Exception as e:  # ImportError for a missing libcudart/libnvrtc of another major, ...
+        raise CudaMismatch("%s: CuPy is installed but does not load (%s: %s); a CuPy built for "
+                           "another CUDA major than this machine's fails this way; %s"
+                           % (where, type(e).__name__, e, INSTALL)) from e
+    version = getattr(cupy, "__version__", "0")
+    if _version(version) < MIN_CUPY:
+        raise CudaMismatch("%s: CuPy %s is too old; kime needs CuPy %d.%d or newer"
+                           % ((where, version) + MIN_CUPY))
+    runtime = cupy.cuda.runtime
+    try:
+        count = int(runtime.getDeviceCount())
+    except Exception as e:  # CUDARuntimeError, or a missing library
+        raise _no_device(runtime, where, e) from e
+    if count == 0:
+        raise NoGpu("%s: the NVIDIA driver sees no GPU; use device='cpu'" % where)
+    if ordinal >= count:
+        raise BadDeviceOrdinal("%s: this machine has %d GPU%s (cuda:0%s); pick one of those"
+                               % (where, count, "" if count == 1 else "s",
+                                  "" if count == 1 else " to cuda:%d" % (count - 1)))
+    return cupy
+
+
+def _no_device(runtime: Any, where: str, error: BaseException) -> CudaUnavailable:
+    """The reason `getDeviceCount` failed, as the error to raise."""
+    status = _status(error)
+    driver = runtime_version = 0
+    try:
+        driver = int(runtime.driverGetVersion())
+    except Exception:
+        pass
+    try:
+        runtime_version = int(runtime.runtimeGetVersion())
+    except Exception:
+        pass
+    if status == NO_DEVICE:
+        return NoGpu("%s: no CUDA GPU is visible (%s); check CUDA_VISIBLE_DEVICES or use "
+                     "device='cpu'" % (where, error))
+    if driver == 0:
+        return NoGpu("%s: no NVIDIA driver is installed or it does not load (%s); use device='cpu'"
+                     % (where, error))
+    if status in (INSUFFICIENT_DRIVER, SYSTEM_DRIVER_MISMATCH, COMPAT_NOT_SUPPORTED) or (
+            runtime_version and driver // 1000 < runtime_version // 1000):
+        return CudaMismatch("%s: this CuPy is built for CUDA %s but the NVIDIA driver runs CUDA "
+                            "up to %s (%s); %s" % (where, _cuda_version(runtime_version),
+                                                   _cuda_version(driver), error, INSTALL))
+    return NoGpu("%s: CUDA does not start (%s); use device='cpu'" % (where, error))
+
+
+def probe(ordinal: int = 0) -> Optional[str]:
+    """None when GPU `ordinal` can run kime, else the reason in words (for `auto`)."""
+    try:
+        open_cupy(ordinal)
+    except CudaUnavailable as e:
+        return str(e)
+    return None

@@ -1,0 +1,184 @@
+"""The front of `kernels.cu`: compile it once per activation type, size each kernel's grid, and
+return launches a plan can replay.
+
+Each method takes device arrays (or None for an absent bias) and sizes, and returns a `Launch`:
+the kernel with its grid, block and arguments bound, so a plan lowers its forward pass into a flat
+list once and runs (or captures) it without Python work per kernel. Pointers are passed as
+integers, which is what a CUDA graph keeps anyway.
+
+The tensor-core attention (`attention_mma`) needs sm_80 and a head size that is a multiple of 16
+up to 128; anything else, and the whole FP32 path, uses `attention_simple`.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import Unsupported
+
+SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.cu")
+MAX_PER_THREAD = 16  # kernels.cu: a token's row is held in registers, d <= 16 * block
+ACT_MAX = 256  # kernels.cu: the act head's hidden width and outputs
+MAX_HEAD_DIM = 256
+GLOBAL_WINDOW = 1 << 30  # "no window": larger than any row
+
+
+def source() -> str:
+    with open(SOURCE, encoding="utf-8") as f:
+        return f.read()
+
+
+def options(half: bool) -> Tuple[str, ...]:
+    return ("-DKIME_HALF",) if half else ()
+
+
+def mma_warps(head_dim: int) -> int:
+    """Warps per block of the tensor-core attention: four keep 36 KiB of shared memory at a head
+    size of 64; larger heads take two."""
+    return 4 if head_dim <= 64 else 2
+
+
+def takes_mma(head_dim: int) -> bool:
+    return head_dim % 16 == 0 and head_dim <= 128
+
+
+def name_expressions(half: bool, head_dims: Iterable[int], mma: bool) -> Tuple[str, ...]:
+    """The template instances a model needs (NVRTC compiles only those)."""
+    dims = sorted(set(head_dims))
+    names = ["attention_simple<%d>" % hd for hd in dims]
+    if half and mma:
+        names += ["attention_mma<%d, %d>" % (hd, mma_warps(hd)) for hd in dims if takes_mma(hd)]
+    return tuple(names)
+
+
+def ptr(array: Any) -> np.uint64:
+    """A device array's address as a kernel argument; None is the null pointer."""
+    return np.uint64(0 if array is None else array.data.ptr)
+
+
+class Launch:
+    """One kernel launch with everything bound."""
+
+    __slots__ = ("fn", "grid", "block", "args", "name")
+
+    def __init__(self, fn: Any, grid: Tuple[int, ...], block: Tuple[int, ...], args: Tuple[Any, ...],
+                 name: str):
+        self.fn, self.grid, self.block, self.args, self.name = fn, grid, block, args, name
+
+    def __call__(self) -> None:
+        self.fn(self.grid, self.block, self.args)
+
+    def __repr__(self) -> str:
+        return "Launch(%s, grid=%s, block=%s)" % (self.name, self.grid, self.block)
+
+
+def _blocks(n: int, per: int) -> int:
+    return max(1, min(-(-n // per), 65535))
+
+
+class Kernels:
+    """The compiled module of one activation type and the launches built from it.
+
+    `mma` asks for the tensor-core attention where the device and head size allow it; `mma_ok`
+    says whether the device does (compute capability 8.0 or newer).
+    """
+
+    def __init__(self, cupy: Any, half: bool, head_dims: Sequence[int], mma: bool, mma_ok: bool):
+        for hd in head_dims:
+            if hd > MAX_HEAD_DIM or hd % 2:
+                raise Unsupported("attention head size %d: the CUDA backend runs even head sizes "
+                                  "up to %d" % (hd, MAX_HEAD_DIM))
+        self.half = half
+        self.use_mma = bool(half and mma and mma_ok)
+        self.names = name_expressions(half, head_dims, self.use_mma)
+        self.module = cupy.RawModule(code=source(), options=options(half),
+                                     name_expressions=self.names)
+        # Load every function now: a module must not load for the first time inside a capture.
+        self._fn = {name: self.module.get_function(name) for name in (
+            "embed_norm", "add_norm", "final_norm", "geglu", "bias_act", "rope", "gather_norm",
+            "score", "act_head") + self.names}
+
+    @staticmethod
+    def norm_block(d: int) -> int:
+        """Threads of a one-block-per-token kernel for width `d`."""
+        block = 128 if d <= 128 * MAX_PER_THREAD else 256
+        if d > block * MAX_PER_THREAD:
+            raise Unsupported("hidden size %d: the CUDA backend runs hidden sizes up to %d"
+                              % (d, 256 * MAX_PER_THREAD))
+        return block
+
+    def _launch(self, name: str, grid: Tuple[int, ...], block: Tuple[int, ...], *args: Any) -> Launch:
+        return Launch(self._fn[name], grid, block, tuple(args), name)
+
+    # --- one block per token ---------------------------------------------------------------------
+
+    def embed_norm(self, ids: Any, table: Any, w: Any, b: Optional[Any], eps: float, n: int, d: int,
+                   x: Any, h: Any) -> Launch:
+        return self._launch("embed_norm", (n,), (self.norm_block(d),), ptr(ids), ptr(table), ptr(w),
+                            ptr(b), np.float32(eps), np.int32(d), ptr(x), ptr(h))
+
+    def add_norm(self, x: Any, y: Any, ybias: Optional[Any], w: Optional[Any], b: Optional[Any],
+                 eps: float, n: int, d: int, h: Any) -> Launch:
+        return self._launch("add_norm", (n,), (self.norm_block(d),), ptr(x), ptr(y), ptr(ybias),
+                            ptr(w), ptr(b), np.float32(eps), np.int32(d), ptr(h))
+
+    def final_norm(self, x: Any, y: Any, ybias: Optional[Any], fw: Any, fb: Optional[Any], eps: float,
+                   type_emb: Any, qtok: Any, w1: Optional[Any], b1: Optional[Any], eps1: float,
+                   n: int, d: int, h: Any) -> Launch:
+        return self._launch("final_norm", (n,), (self.norm_block(d),), ptr(x), ptr(y), ptr(ybias),
+                            ptr(fw), ptr(fb), np.float32(eps), ptr(type_emb), ptr(qtok), ptr(w1),
+                            ptr(b1), np.float32(eps1), np.int32(d), ptr(h))
+
+    def rope(self, qkv: Any, bias: Optional[Any], cos: Any, sin: Any, lo: Any, n: int, d: int,
+             head_dim: int) -> Launch:
+        return self._launch("rope", (n,), (128,), ptr(qkv), ptr(bias), ptr(cos), ptr(sin), ptr(lo),
+                            np.int32(d), np.int32(head_dim))
+
+    def gather_norm(self, x: Any, mtok: Any, w: Any, b: Any, eps: float, n: int, d: int,
+                    out: Any) -> Launch:
+        return self._launch("gather_norm", (n,), (self.norm_block(d),), ptr(x), ptr(mtok), ptr(w),
+                            ptr(b), np.float32(eps), np.int32(d), ptr(out))
+
+    # --- elementwise -------------------------------------------------------------------------
+
+    def geglu(self, big: Any, bias: Optional[Any], n: int, inter: int, out: Any) -> Launch:
+        count = n * inter
+        return self._launch("geglu", (_blocks(count, 256),), (256,), ptr(big), ptr(bias),
+                            np.int32(inter), np.int64(count), ptr(out))
+
+    def bias_act(self, io: Any, bias: Any, n: int, width: int, relu: bool) -> Launch:
+        count = n * width
+        return self._launch("bias_act", (_blocks(count, 256),), (256,), ptr(io), ptr(bias),
+                            np.int32(width), np.int64(count), np.int32(1 if relu else 0))
+
+    # --- attention ---------------------------------------------------------------------------
+
+    def attention(self, qkv: Any, lo: Any, hi: Any, n: int, d: int, heads: int,
+                  half_window: Optional[int], out: Any) -> Launch:
+        """`half_window` None is a global layer. `n` is a multiple of 16 (a plan's slots)."""
+        hd = d // heads
+        scale = np.float32(hd ** -0.5)
+        hw = np.int32(GLOBAL_WINDOW if half_window is None else half_window)
+        args = (ptr(qkv), ptr(lo), ptr(hi), np.int32(n), np.int32(d), scale, hw, ptr(out))
+        if self.use_mma and takes_mma(hd):
+            warps = mma_warps(hd)
+            return self._launch("attention_mma<%d, %d>" % (hd, warps),
+                                (-(-n // (16 * warps)), heads), (32 * warps,), *args)
+        return self._launch("attention_simple<%d>" % hd, (-(-n // 64), heads), (64,), *args)
+
+    # --- the heads ---------------------------------------------------------------------------
+
+    def score(self, s1: Any, b1: Any, w3: Any, b3: Any, n: int, d: int, logits: Any) -> Launch:
+        return self._launch("score", (-(-n // 8),), (256,), ptr(s1), ptr(b1), ptr(w3), ptr(b3),
+                            np.int32(d), np.int32(n), ptr(logits))
+
+    def act_head(self, x: Any, logits: Any, mcu: Any, rfirst: Any, w0t: Any, b0: Any, w2: Any,
+                 b2: Any, rows: int, d: int, hidden: int, n_act: int, act: Any) -> Launch:
+        if hidden > ACT_MAX or n_act > ACT_MAX:
+            raise Unsupported("act head of %d hidden units and %d outputs: the CUDA backend runs "
+                              "up to %d of each" % (hidden, n_act, ACT_MAX))
+        return self._launch("act_head", (rows,), (256,), ptr(x), ptr(logits), ptr(mcu),
+                            ptr(rfirst), ptr(w0t), ptr(b0), ptr(w2), ptr(b2), np.int32(d),
+                            np.int32(hidden), np.int32(n_act), ptr(act))

@@ -1,0 +1,52 @@
+"""kernels.cu compiles with NVRTC, for every head size the test and published shapes use, in
+FP16 and FP32, for sm_75 (no tensor-core attention), sm_80 and sm_90. NVRTC needs no GPU, so this
+runs on any machine where CuPy and an NVRTC library import; elsewhere it skips saying why."""
+from __future__ import annotations
+
+import pytest
+
+from kime._cuda import kernels
+from kime.testing import SHAPES
+
+
+def _nvrtc():
+    try:
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:  # no CuPy, or CuPy without an NVRTC library
+        pytest.skip("NVRTC is not available (%s: %s)" % (type(e).__name__, str(e).splitlines()[0]))
+    return nvrtc
+
+
+HEAD_DIMS = sorted({s.hidden_size // s.num_attention_heads for s in SHAPES.values()}
+                   | {s.hidden_size // max(1, s.hidden_size // 64) for s in SHAPES.values()})
+
+
+@pytest.mark.parametrize("arch", ["compute_75", "compute_80", "sm_90"])
+@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+def test_kernels_compile(arch, half):
+    nvrtc = _nvrtc()
+    names = kernels.name_expressions(half, HEAD_DIMS, mma=True)
+    prog = nvrtc.createProgram(kernels.source(), "kernels.cu", [], [])
+    try:
+        for name in names:
+            nvrtc.addNameExpression(prog, name)
+        try:
+            nvrtc.compileProgram(prog, ["-arch=" + arch] + list(kernels.options(half)))
+        except Exception as e:
+            pytest.fail("kernels.cu does not compile for %s: %s\n%s"
+                        % (arch, e, nvrtc.getProgramLog(prog)))
+        for name in names:
+            assert nvrtc.getLoweredName(prog, name)
+        assert not nvrtc.getProgramLog(prog).strip(), nvrtc.getProgramLog(prog)
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def test_every_shape_has_its_attention_instances():
+    assert HEAD_DIMS == [32, 64, 96]
+    names = kernels.name_expressions(True, HEAD_DIMS, mma=True)
+    assert "attention_mma<64, 4>" in names and "attention_mma<96, 2>" in names
+    assert kernels.name_expressions(False, HEAD_DIMS, mma=True) == tuple(
+        "attention_simple<%d>" % hd for hd in HEAD_DIMS)

@@ -1,0 +1,139 @@
+"""The CUDA backend's plans, lowering, slot layout, graph replay and split on out-of-memory, run
+on a CPU with the kernels replaced by their float64 references (emulator.py) and compared with
+the NumPy reference forward pass. The CUDA kernels themselves are checked on a GPU
+(test_kernels.py); this checks everything around them, on any machine."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from kime._cpu.reference import ReferenceModel
+from kime._cuda import backend as cuda_backend
+from kime.batch import Batch
+from kime.checkpoint import load_checkpoint
+
+from ..test_golden import DATA, GOLDENS
+from .emulator import FakeCupy, FakeGemm, FakeKernels
+
+
+@pytest.fixture(scope="module", params=sorted(DATA["checkpoints"]))
+def checkpoint(request):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return load_checkpoint(str(GOLDENS / DATA["checkpoints"][request.param]["path"]))
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    def make(ck, precision="f32", graphs=True, limit=None):
+        fake = FakeCupy(limit)
+        monkeypatch.setattr(cuda_backend, "toolkit", lambda ordinal: (fake, None))
+        monkeypatch.setattr(cuda_backend, "Kernels", FakeKernels)
+        monkeypatch.setattr(cuda_backend, "Gemm",
+                            lambda cublas, ptr, half: FakeGemm(cublas, ptr, half, fake))
+        return cuda_backend.CudaBackend(ck, precision=precision, graphs=graphs)
+    return make
+
+
+def _batch(ck, lengths, seed):
+    rng = np.random.default_rng(seed)
+    vocab = ck.tokenizer.vocab_size
+    rows = [rng.integers(0, vocab, n).tolist() for n in lengths]
+    markers = [sorted(rng.choice(n, size=min(n, 1 + r % 4), replace=False).tolist())
+               for r, n in enumerate(lengths)]
+    return Batch.pack(rows, markers, rng.integers(0, 3, len(lengths)).tolist())
+
+
+LENGTHS = [37, 1, 16, 90, 5]
+
+
+def test_emulated_fp32_matches_the_reference(checkpoint, emulated):
+    backend = emulated(checkpoint, graphs=False)
+    batch = _batch(checkpoint, LENGTHS, 0)
+    got = backend.run(batch)
+    want = ReferenceModel(checkpoint).run(batch)
+    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got.act, want.act, rtol=0, atol=1e-5)
+
+
+def test_emulated_fp16_is_close_to_the_reference(checkpoint, emulated):
+    backend = emulated(checkpoint, precision="f16", graphs=False)
+    batch = _batch(checkpoint, LENGTHS, 1)
+    got = backend.run(batch)
+    want = ReferenceModel(checkpoint).run(batch)
+    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=5e-2)
+    np.testing.assert_allclose(got.act, want.act, rtol=0, atol=6e-3)
+
+
+def test_graph_replay_matches_eager_runs(checkpoint, emulated):
+    eager = emulated(checkpoint, graphs=False)
+    graphed = emulated(checkpoint, graphs=True)
+    for seed, lengths in enumerate([LENGTHS, [3, 60], [120], [9, 9, 9, 9]]):
+        batch = _batch(checkpoint, lengths, seed)
+        a, b = eager.run(batch), graphed.run(batch)
+        np.testing.assert_array_equal(a.logits, b.logits)
+        np.testing.assert_array_equal(a.act, b.act)
+    plan = graphed._plans[288]
+    assert plan.graph is not None and plan.graph.launches == 3 and plan.graph_error is None
+    assert "CUDA graphs" in graphed.describe()
+
+
+def test_a_row_alone_and_in_a_batch_agree(checkpoint, emulated):
+    backend = emulated(checkpoint, graphs=False)
+    batch = _batch(checkpoint, LENGTHS, 2)
+    together = backend.run(batch)
+    logits, act = together.logits.copy(), together.act.copy()
+    for r in range(batch.rows):
+        alone = backend.run(cuda_backend.sub_batch(batch, r, r + 1))
+        np.testing.assert_allclose(alone.logits, logits[batch.mcu[r]:batch.mcu[r + 1]],
+                                   rtol=0, atol=1e-6)
+        np.testing.assert_allclose(alone.act[0], act[r], rtol=0, atol=1e-7)
+
+
+def test_out_of_memory_splits_the_batch(checkpoint, emulated):
+    d = checkpoint.hidden
+    # Room for the weights and a 288-slot plan, not for a 576-slot one.
+    limit = max(576 * d * 4, checkpoint.encoder.vocab * d * 4) + 1
+    backend = emulated(checkpoint, graphs=False, limit=limit)
+    batch = _batch(checkpoint, [150, 150, 120], 3)
+    got = backend.run(batch)
+    assert backend._oom_cap == 576 and set(backend._plans) == {288}
+    want = ReferenceModel(checkpoint).run(batch)
+    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=1e-4)
+    np.testing.assert_allclose(got.act, want.act, rtol=0, atol=1e-5)
+    too_long = _batch(checkpoint, [400], 4)
+    with pytest.raises(Exception, match="out of memory for a single row"):
+        backend.run(too_long)
+
+
+def test_memory_counts_weights_and_plans(checkpoint, emulated):
+    backend = emulated(checkpoint)
+    assert backend.memory().plans == 0 and backend.memory().weights > 0
+    backend.run(_batch(checkpoint, [20], 5))
+    assert backend.memory().plans > 0
+
+
+def test_gemm_slices_cover_every_row_once():
+    from kime._cuda.gemm import GemmCall
+
+    class Recorder:
+        half = True
+
+        def __init__(self):
+            self.calls = []
+
+        def __call__(self, *args):
+            self.calls.append(args)
+
+    fake = FakeCupy()
+    x, w, y = fake.zeros((576, 8), np.float16), fake.zeros((4, 8), np.float16), fake.zeros((576, 4), np.float16)
+    rec = Recorder()
+    GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=288)()
+    assert rec.calls == [(x.data.ptr, w.data.ptr, y.data.ptr, 288, 4, 8),
+                         (x.data.ptr + 288 * 8 * 2, w.data.ptr, y.data.ptr + 288 * 4 * 2, 288, 4, 8)]
+    rec.calls.clear()
+    GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=None)()
+    GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=500)()  # not a divisor: one whole GEMM
+    assert [c[3] for c in rec.calls] == [576, 576]
