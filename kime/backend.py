@@ -12,7 +12,8 @@ from typing import Optional, Protocol, Tuple
 
 from .batch import Batch, Outputs
 from .checkpoint import Checkpoint
-from .errors import BadOption, Unsupported
+from .errors import (BadDeviceOrdinal, BadOption, CudaMismatch, CudaUnavailable,  # noqa: F401
+                     CupyMissing, NoGpu, Unsupported)
 
 PRECISIONS = {"f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
               "f32": "f32", "fp32": "f32", "float32": "f32",
@@ -75,37 +76,49 @@ def parse_precision(precision: Optional[str]) -> str:
     return PRECISIONS[key]
 
 
-def _cuda_unavailable(ordinal: int) -> str:
-    """Why device='cuda' cannot run here, in words."""
-    try:
-        import cupy  # noqa: F401  (whether it imports is the question)
-    except Exception as e:  # ImportError, or a CuPy built for a CUDA that is not installed
-        return ("device='cuda:%d' needs CuPy and a GPU; CuPy does not import here (%s). "
-                "Install it with `pip install kime[cuda]`, or use device='cpu'" % (ordinal, e))
-    return ("device='cuda:%d': this build of kime has no CUDA backend yet; use device='cpu'"
-            % ordinal)
-
-
 def check_options(device: Optional[str], precision: Optional[str], threads: int) -> Tuple[str, int, str]:
     """Refuse a device, precision or thread count that cannot run, before any weight is read.
-    Returns (device kind, ordinal, precision)."""
+    Returns (device kind, ordinal, precision). For `cuda` this imports CuPy and finds the GPU, so
+    each reason a GPU cannot run raises its own `CudaUnavailable` here."""
     kind, ordinal = parse_device(device)
     prec = parse_precision(precision)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
         raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
     if kind == "cuda":
-        raise Unsupported(_cuda_unavailable(ordinal))
+        if prec == "int8":
+            raise Unsupported("precision='int8' runs on the CPU only; on device=%r use 'f16' (the "
+                              "default) or 'f32'" % (device,))
+        from ._cuda.device import open_cupy
+
+        open_cupy(ordinal)
     return kind, ordinal, prec
+
+
+def resolve_auto(precision: str) -> str:
+    """`auto`: `cuda` when CuPy imports and a GPU is there (and the precision runs on one),
+    else `cpu`. The chosen device is what the backend's `describe()` reports."""
+    if precision == "int8":
+        return "cpu"
+    from ._cuda.device import probe
+
+    return "cuda" if probe(0) is None else "cpu"
 
 
 def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str],
                  threads: int, preload: bool = False) -> Backend:
-    """The backend for a device and precision. `auto` is the CPU until the CUDA backend lands.
+    """The backend for a device and precision: `auto` is CUDA when a GPU runs here, else the CPU.
 
-    On the CPU that is the compiled backend; `KIME_CPU_BACKEND=reference` picks the NumPy
-    reference instead (slow; the oracle the tests compare against).
+    On a GPU that is the CuPy backend (`f16` by default, or `f32`). On the CPU it is the compiled
+    backend, where `f16` and `f32` both compute in FP32; `KIME_CPU_BACKEND=reference` picks the
+    NumPy reference instead (slow; the oracle the tests compare against).
     """
-    _, _, prec = check_options(device, precision, threads)
+    kind, ordinal, prec = check_options(device, precision, threads)
+    if kind == "auto":
+        kind = resolve_auto(prec)
+    if kind == "cuda":
+        from ._cuda.backend import CudaBackend
+
+        return CudaBackend(ck, ordinal=ordinal, precision=prec, preload=preload, threads=threads)
     from ._cpu.backend import CpuBackend, ReferenceBackend
 
     choice = os.environ.get("KIME_CPU_BACKEND", "compiled").strip().lower()

@@ -110,6 +110,10 @@ def _doctor_report() -> dict:
         pass
     except Exception as e:
         gpu["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    from ._cuda.device import probe
+
+    gpu["cuda0"] = probe(0)  # None: device='cuda' runs here; else why not
+    gpu["auto"] = "cuda" if gpu["cuda0"] is None else "cpu"
     report["gpu"] = gpu
     from ._cpu.weights import cache_dir
 
@@ -152,6 +156,8 @@ def _doctor(args: argparse.Namespace) -> int:
     else:
         lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"],
                                                   " (%s)" % gpu["error"] if "error" in gpu else "")))
+    lines += [("device='auto' runs on", gpu["auto"] + ("" if gpu["cuda0"] is None else
+                                                     " (cuda: %s)" % gpu["cuda0"]))]
     lines += [("packed-weight cache", caches["packed"]),
               ("hugging face cache", caches["hf_hub"] or "unknown"),
               ("HF_HUB_OFFLINE", "yes" if caches["hf_hub_offline"] else "no")]

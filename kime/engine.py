@@ -86,7 +86,9 @@ class Kime:
         self._tok = self._ck.tokenizer
         self._backend = open_backend(self._ck, device, precision, threads, preload=bool(preload))
         self._lock = threading.Lock()
-        self.scheduler = Scheduler(self._run, budget=BUCKETS[-1], max_merge=max_merge)
+        # The backend's largest bucket bounds a batch (and so what one run may merge).
+        self._batch_tokens = int(getattr(self._backend, "max_batch_tokens", None) or BUCKETS[-1])
+        self.scheduler = Scheduler(self._run, budget=self._batch_tokens, max_merge=max_merge)
 
     # --- facts about the engine -------------------------------------------------------------
 
@@ -307,7 +309,7 @@ class Kime:
                     todo.append(i)
                 else:
                     results[i] = (hit[0].copy(), hit[1].copy())
-        batches = split([len(rows[i].ids) for i in todo])
+        batches = split([len(rows[i].ids) for i in todo], self._batch_tokens)
         for part in batches:
             index = [todo[j] for j in part]
             batch = Batch.pack([rows[i].ids for i in index], [rows[i].markers for i in index],

@@ -81,6 +81,26 @@ class BadOption(KimeError, ValueError):
     """An engine option (device, precision, threads) that is not a value kime knows."""
 
 
+class CudaUnavailable(Unsupported):
+    """device='cuda' cannot run on this machine; the subclass says why."""
+
+
+class CupyMissing(CudaUnavailable):
+    """CuPy is not installed."""
+
+
+class CudaMismatch(CudaUnavailable):
+    """CuPy is installed but built for a CUDA major this machine's driver or libraries lack."""
+
+
+class NoGpu(CudaUnavailable):
+    """No NVIDIA driver, or no GPU visible to it."""
+
+
+class BadDeviceOrdinal(CudaUnavailable, BadOption):
+    """`cuda:N` with N past the GPUs this machine has."""
+
+
 class NonFiniteLogits(KimeError, FloatingPointError):
     """The model produced NaN or infinity: never turned into a probability."""
 

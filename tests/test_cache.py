@@ -20,7 +20,7 @@ QUESTIONS = {
 def _engine(path, **kw) -> kime.Kime:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return kime.Kime(str(path), threads=1, **kw)
+        return kime.Kime(str(path), device="cpu", threads=1, **kw)
 
 
 def test_lru_bounds_counts_and_evicts():

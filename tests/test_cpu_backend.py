@@ -177,7 +177,7 @@ def test_every_isa_path_matches_the_reference(isa, tmp_path):
         "import json, sys, warnings\n"
         "warnings.simplefilter('ignore')\n"
         "import kime\n"
-        "e = kime.Kime(sys.argv[1], threads=2)\n"
+        "e = kime.Kime(sys.argv[1], device='cpu', threads=2)\n"
         "print(json.dumps([e.device] + [{q: a.logits.tolist() for q, a in e.decide(r).answers.items()}"
         " for r in json.loads(sys.argv[2])]))\n")
     env = dict(os.environ, KIME_ISA=isa, KIME_CACHE=str(tmp_path / "cache"))
