@@ -227,9 +227,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from .gate import builtin_requests, gate, load_requests
+    from .gate import gate, load_requests
 
-    requests = load_requests(args.requests) if args.requests else builtin_requests(args.limit or 200)
+    requests = load_requests(args.requests) if args.requests else None
     progress = None if args.json else (lambda msg: print("kime gate: " + msg, file=sys.stderr))
     report = gate(args.model, requests, threads=args.threads, threshold=args.threshold,
                   limit=args.limit, progress=progress)

@@ -378,7 +378,9 @@ def gate(model: str, requests: Optional[Sequence[Mapping[str, Any]]] = None, *,
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
         raise BadOption("threshold must be in (0, 1], got %r" % (threshold,))
     source = "built-in" if requests is None else "given"
-    reqs = list(builtin_requests() if requests is None else requests)
+    if limit is not None and limit < 1:
+        raise BadOption("limit must be a positive number of requests, got %r" % (limit,))
+    reqs = list(builtin_requests(limit or 200) if requests is None else requests)
     if limit is not None:
         reqs = reqs[:limit]
     if not reqs:

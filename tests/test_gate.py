@@ -178,6 +178,7 @@ def test_cli_gate(capsys, tmp_path, monkeypatch):
     out, err = capsys.readouterr()
     report = json.loads(out)
     assert report["questions"] == 24 and code == (0 if report["passed"] else cli.EXIT_GATE)
+    assert report["source"] == "built-in"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         code = cli.main(["gate", str(TINY), "--limit", "4", "--threshold", "1e-9"])
