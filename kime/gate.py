@@ -155,9 +155,13 @@ class GateReport:
                     d.request, d.question, d.qtype, d.f32, d.int8, d.f32_margin))
             if len(self.disagreements) > 10:
                 lines.append("    ... and %d more" % (len(self.disagreements) - 10))
-        lines += ["", "  %s: argmax agreement %s %.1f%% on every question type" % (
-            "PASS" if self.passed else "FAIL", ">=" if self.passed else "below",
-            100 * self.threshold)]
+        if self.passed:
+            verdict = "PASS: argmax agreement >= %g%% on every question type" % (100 * self.threshold)
+        else:
+            low = [t for t, st in self.by_type.items() if st.questions and st.agreement < self.threshold]
+            verdict = "FAIL: argmax agreement below %g%% on %s" % (100 * self.threshold,
+                                                                   ", ".join(low))
+        lines += ["", "  " + verdict]
         return "\n".join(lines)
 
 
