@@ -24,7 +24,7 @@ from typing import Dict, Sequence, Tuple
 import numpy as np
 
 from ..batch import Batch
-from ..buckets import BUCKETS
+from ..buckets import BUCKETS, pick_bucket
 
 ALIGN = 16
 SLACK = 64
@@ -53,13 +53,7 @@ def plan_caps(buckets: Sequence[int] = BUCKETS) -> Tuple[int, ...]:
 
 def pick_cap(slots: int, caps: Sequence[int] = plan_caps()) -> int:
     """The smallest plan that holds `slots`, or the largest doubled until it does."""
-    for cap in caps:
-        if slots <= cap:
-            return cap
-    cap = caps[-1]
-    while cap < slots:
-        cap *= 2
-    return cap
+    return pick_bucket(slots, caps)
 
 
 def buffer_ints(cap: int) -> int:
