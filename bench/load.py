@@ -236,7 +236,10 @@ def laya_serve_fallback(python: str) -> "tuple[Optional[str], List[str]]":
     if tuple(version) != tuple(sys.version_info[:2]) or None in spec:
         raise RuntimeError("laya.serve needs %s, missing in %s (Python %d.%d), and this "
                            "interpreter cannot lend them" % (", ".join(missing), python, *version))
-    site = os.path.dirname(os.path.dirname(spec[0].origin))
+    origin = spec[0].origin if spec[0] is not None else None
+    if origin is None:
+        raise RuntimeError("cannot locate %s in this interpreter to lend it" % missing[0])
+    site = os.path.dirname(os.path.dirname(origin))
     return site, missing
 
 
@@ -388,8 +391,9 @@ def summarize(raw: Dict[str, Any], questions: int, concurrency: int,
         "cache_hit_ratio": None, "cache_hit_ratios": {},
     }
     if lat:
-        out.update(p50_ms=_pct(lat, 50) * 1e3, p95_ms=_pct(lat, 95) * 1e3,
-                   p99_ms=_pct(lat, 99) * 1e3, mean_ms=sum(lat) / ok * 1e3)
+        p50, p95, p99 = (float(_pct(lat, p) or 0.0) for p in (50, 95, 99))  # lat is not empty
+        out.update(p50_ms=p50 * 1e3, p95_ms=p95 * 1e3, p99_ms=p99 * 1e3,
+                   mean_ms=sum(lat) / ok * 1e3)
     runs_name = "kime_scheduler_runs_total"
     runs = _metric_delta(before, after, runs_name)
     if runs is None:

@@ -576,9 +576,9 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             # family p50 / base p50, above 1 when the base (a kime engine) is faster.
             entry["best"] = {}
             for fam in families:
-                key = best_by_family(stats, fam)
-                if key:
-                    entry["best"][fam] = key
+                best = best_by_family(stats, fam)
+                if best:
+                    entry["best"][fam] = best
             entry["speedup"] = {
                 base: {fam: stats[k]["p50"] / stats[base]["p50"]
                        for fam, k in entry["best"].items() if fam != base}

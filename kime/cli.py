@@ -102,7 +102,7 @@ def _doctor_report() -> dict:
     report["cpu"] = cpu
     gpu: dict = {"cupy": None, "devices": 0}
     try:
-        import cupy  # optional: kime never needs it
+        import cupy  # type: ignore[import-not-found]  # optional: kime never needs it
 
         gpu["cupy"] = str(cupy.__version__)
         gpu["devices"] = int(cupy.cuda.runtime.getDeviceCount())

@@ -325,8 +325,8 @@ def _option_name(answer: Any, i: int) -> str:
     return str(i)
 
 
-def compare(requests: Sequence[Mapping[str, Any]], f32: Sequence[Any], int8: Sequence[Any],
-            threshold: float = THRESHOLD) -> Dict[str, Any]:
+def compare(requests: Sequence[Mapping[str, Any]], f32: Sequence[Any],
+            int8: Sequence[Any]) -> Dict[str, Any]:
     """The per-question comparison of two lists of `Response`s for the same requests. Raises
     `InvalidRequest` listing every label that names no option."""
     raise_if(check_labels(requests))
@@ -402,7 +402,7 @@ def gate(model: str, requests: Optional[Sequence[Mapping[str, Any]]] = None, *,
             results[precision] = eng.decide_batch(plain, cache=False)
             seconds[precision] = time.perf_counter() - t0
             devices[precision] = eng.device
-    cmp = compare(reqs, results["f32"], results["int8"], threshold)
+    cmp = compare(reqs, results["f32"], results["int8"])
     return GateReport(model=str(model), requests=len(reqs), threshold=float(threshold),
                       by_type=cmp["by_type"], calibration=cmp["calibration"],
                       disagreements=cmp["disagreements"], seconds=seconds, devices=devices,

@@ -69,14 +69,15 @@ class CpuBackend:
         self.isa = _forward.isa_detect()
         self.isa_name = _forward.isa_name(self.isa)
         self.spec = spec_of(ck, int8=int8)
+        qisa: Optional[int] = None
         if int8:
             # The INT8 kernel set is chosen once, here: the packed weights, the scratch and every
             # call then agree even if KIME_QGEMM changes while the model is loaded.
-            self.spec["qisa"] = _qgemm.pin(self.isa)
-            self.qgemm_impl = _qgemm.impl_name(self.spec["qisa"])
+            qisa = self.spec["qisa"] = _qgemm.pin(self.isa)
+            self.qgemm_impl = _qgemm.impl_name(qisa)
         self._arrays, self.weights_from = load_packed(
             ck, self.isa, self.isa_name, _gemm.pack, use_cache=use_cache,
-            qpack=_qgemm.pack if int8 else None, qisa=self.spec.get("qisa"))
+            qpack=_qgemm.pack if int8 else None, qisa=qisa)
         self._model = _forward.Model(self._arrays, self.spec, self.isa, threads)
         self._plans: Dict[int, Plan] = {}
         self._blas = ThreadpoolController()
