@@ -203,7 +203,7 @@ _QUESTIONS: List[Dict[str, Any]] = [
 
 
 def builtin_requests(n: int = 200, seed: int = 0) -> List[Dict[str, Any]]:
-    """`n` varied requests: states from one word to a few hundred tokens (prose, tickets, JSON,
+    """`n` varied requests: states from one word to about 800 tokens (prose, tickets, JSON,
     other languages, dict states and conversations), each with one question of every type
     drawn from a bank of choice (2 to 12 options), score (3 to 10 levels) and noul questions."""
     from ._corpus import corpus_lines
