@@ -163,6 +163,16 @@ def test_convert_builds_then_reuses(capsys, monkeypatch, tmp_path):
     assert code == 0, err
     assert "status: already cached" in out and str(path) in out
 
+    # INT8 packs its own file, named for the kernel set that will read it.
+    code, out, err = run(capsys, "convert", str(TINY), "--threads", "1", "--precision", "int8")
+    assert code == 0, err
+    from kime._cpu import _qgemm
+
+    assert "status: built now" in out and "INT8" in out
+    [cache_line] = [line for line in out.splitlines() if line.startswith("cache:")]
+    assert "-int8-%s-" % _qgemm.impl_name() in cache_line and str(path) not in cache_line
+    assert Path(cache_line.split(":", 1)[1].strip()).is_file()
+
 
 def test_convert_unknown_model_exits_3(capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("KIME_CACHE", str(tmp_path))
