@@ -269,7 +269,10 @@ class CudaBackend:
             self.capability = (int(props["major"]), int(props["minor"]))
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.gemm = Gemm(cublas, self.stream.ptr, self.half)
-            self.weights = self._upload(ck)
+            # On the plan stream: CuPy copies asynchronously on the current stream, and a
+            # non-blocking stream does not wait for copies on the null stream.
+            with self.stream:
+                self.weights = self._upload(ck)
             head_dims = (ck.encoder.head_dim, ck.hidden // ck.head_heads)
             self.kernels = Kernels(cp, self.half, head_dims, mma=attention != "simple",
                                    mma_ok=self.capability >= (8, 0))

@@ -174,7 +174,7 @@ extern "C" __global__ void final_norm(float* x, const act_t* y, const float* ybi
 }
 
 // ModernBERT's MLP gate: out[t, c] = gelu(a + ba) * (g + bg) where in[t] = [a | g], width 2 * inter.
-extern "C" __global__ void geglu(const act_t* in, const float* bias, int inter, long n, act_t* out) {
+extern "C" __global__ void geglu(const act_t* in, const float* bias, int inter, long long n, act_t* out) {
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
         const long t = e / inter;
         const int c = (int)(e - t * inter);
@@ -189,7 +189,7 @@ extern "C" __global__ void geglu(const act_t* in, const float* bias, int inter, 
 }
 
 // io[t, c] += bias[c], then ReLU when `relu` is set: the head's in_proj and linear1 epilogues.
-extern "C" __global__ void bias_act(act_t* io, const float* bias, int width, long n, int relu) {
+extern "C" __global__ void bias_act(act_t* io, const float* bias, int width, long long n, int relu) {
     for (long e = blockIdx.x * (long)blockDim.x + threadIdx.x; e < n; e += (long)gridDim.x * blockDim.x) {
         float v = ld(io + e) + bias[e % width];
         if (relu) v = fmaxf(v, 0.0f);

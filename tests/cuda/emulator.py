@@ -54,13 +54,18 @@ class FakeGraph:
 class FakeStream:
     ptr = 0
 
-    def __init__(self, *args: Any, **kwargs: Any):
+    def __init__(self, owner: Optional["FakeCupy"] = None):
+        self.owner = owner
         self.recording: Optional[List[Callable[[], None]]] = None
 
     def __enter__(self) -> "FakeStream":
+        if self.owner is not None:
+            self.owner.current.append(self)
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self.owner is not None:
+            self.owner.current.pop()
         return None
 
     def synchronize(self) -> None:
@@ -77,13 +82,17 @@ class FakeStream:
 
 class FakeCupy:
     """The slice of CuPy the backend uses. `limit` makes any single allocation above that many
-    bytes raise OutOfMemoryError, to drive the split-on-OOM path."""
+    bytes raise OutOfMemoryError, to drive the split-on-OOM path. `transfers` records the stream
+    current (None: the null stream) at each `zeros` and `asarray`, which CuPy enqueues (a memset, an
+    asynchronous host-to-device copy) on the current stream."""
 
     __version__ = "13.0.0"
 
     def __init__(self, limit: Optional[int] = None):
         self.limit = limit
         self.streams: List[FakeStream] = []
+        self.current: List[FakeStream] = []
+        self.transfers: List[Optional[FakeStream]] = []
         fake = self
 
         class _Runtime:
@@ -115,7 +124,7 @@ class FakeCupy:
 
             @staticmethod
             def Stream(non_blocking: bool = False) -> FakeStream:
-                stream = FakeStream()
+                stream = FakeStream(fake)
                 fake.streams.append(stream)
                 return stream
 
@@ -132,9 +141,11 @@ class FakeCupy:
     def zeros(self, shape: Any, dtype: Any) -> DevArray:
         out = np.zeros(shape, dtype=dtype)
         self._check(out.nbytes)
+        self.transfers.append(self.current[-1] if self.current else None)
         return out.view(DevArray)
 
     def asarray(self, array: Any) -> DevArray:
+        self.transfers.append(self.current[-1] if self.current else None)
         return np.array(array).view(DevArray)
 
     def get_default_memory_pool(self) -> Any:

@@ -137,3 +137,14 @@ def test_gemm_slices_cover_every_row_once():
     GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=None)()
     GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=500)()  # not a divisor: one whole GEMM
     assert [c[3] for c in rec.calls] == [576, 576]
+
+
+def test_every_upload_is_on_the_backend_stream(checkpoint, emulated):
+    """CuPy enqueues a copy or memset on the current stream, and the backend's non-blocking stream
+    does not wait for the null stream: weights uploaded there could still be in flight when the
+    first forward pass reads them."""
+    backend = emulated(checkpoint)
+    backend.run(_batch(checkpoint, [20], 6))
+    transfers = backend.cupy.transfers
+    assert transfers and all(s is backend.stream for s in transfers), [
+        None if s is None else "another stream" for s in transfers if s is not backend.stream]
