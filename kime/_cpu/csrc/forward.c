@@ -38,18 +38,34 @@ static inline float half_to_float(uint16_t bits) {
     return f;
 }
 
-/* y = (x - mean) / sqrt(var + eps) * w (+ b), statistics in double in a fixed order. */
+/* y = (x - mean) / sqrt(var + eps) * w (+ b), statistics in double in a fixed order. Each sum
+ * runs in NACC interleaved partial sums, combined in a fixed order: the same bits on any thread
+ * count and batch, without one long chain of dependent double adds (which made LayerNorm about
+ * 8% of an INT8 forward pass). */
+#define NACC 8
 static inline void norm_row(const float *x, float *y, int d, const float *w, const float *b,
                             float eps) {
-    double sum = 0.0, sq = 0.0;
-    for (int i = 0; i < d; i++) sum += x[i];
-    double mean = sum / d;
-    for (int i = 0; i < d; i++) {
-        double c = x[i] - mean;
+    double part_s[NACC] = {0}, part_q[NACC] = {0};
+    int i = 0;
+    for (; i + NACC <= d; i += NACC)
+        for (int k = 0; k < NACC; k++) part_s[k] += x[i + k];
+    double sum = 0.0;
+    for (int k = 0; k < NACC; k++) sum += part_s[k];
+    for (int j = i; j < d; j++) sum += x[j];
+    const double mean = sum / d;
+    for (i = 0; i + NACC <= d; i += NACC)
+        for (int k = 0; k < NACC; k++) {
+            double c = x[i + k] - mean;
+            part_q[k] += c * c;
+        }
+    double sq = 0.0;
+    for (int k = 0; k < NACC; k++) sq += part_q[k];
+    for (int j = i; j < d; j++) {
+        double c = x[j] - mean;
         sq += c * c;
     }
-    double inv = 1.0 / sqrt(sq / d + (double)eps);
-    for (int i = 0; i < d; i++) {
+    const double inv = 1.0 / sqrt(sq / d + (double)eps);
+    for (i = 0; i < d; i++) {
         float v = (float)((x[i] - mean) * inv) * w[i];
         y[i] = b ? v + b[i] : v;
     }
