@@ -191,6 +191,16 @@ class Server:
             pass
 
 
+def _healthy(srv: Server, timeout: float) -> Server:
+    """`srv` once it answers /health; stopped if it never does."""
+    try:
+        srv.wait_healthy(timeout)
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
+
+
 def start_kime(checkpoint: str, port: Optional[int] = None, threads: Optional[int] = None,
                health_timeout: float = 120.0, max_merge: int = 0,
                name: str = "kime") -> Server:
@@ -200,13 +210,7 @@ def start_kime(checkpoint: str, port: Optional[int] = None, threads: Optional[in
             "--max-merge", str(max_merge)]
     if threads is not None:
         argv += ["--threads", str(threads)]
-    srv = Server(name, argv, _clean_env(), port)
-    try:
-        srv.wait_healthy(health_timeout)
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+    return _healthy(Server(name, argv, _clean_env(), port), health_timeout)
 
 
 SERVE_DEPS = ("fastapi", "uvicorn")
@@ -258,14 +262,8 @@ def start_laya(checkpoint: str, python: str, port: Optional[int] = None,
     code = "from laya.serve import main; main()"
     if extra_site:
         code = "import sys; sys.path.append(%r); %s" % (extra_site, code)
-    srv = Server("laya", [python, "-c", code], env, port,
-                 extra_body={"model": LAYA_MODEL_NAME})
-    try:
-        srv.wait_healthy(health_timeout)
-    except BaseException:
-        srv.stop()
-        raise
-    return srv
+    return _healthy(Server("laya", [python, "-c", code], env, port,
+                           extra_body={"model": LAYA_MODEL_NAME}), health_timeout)
 
 
 # --- the client worker (runs in its own process) --------------------------------------------------

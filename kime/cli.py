@@ -232,9 +232,7 @@ def _gate(args: argparse.Namespace) -> int:
     requests = load_requests(args.requests) if args.requests else None
     progress = None if args.json else (lambda msg: print("kime gate: " + msg, file=sys.stderr))
     report = gate(args.model, requests, threads=args.threads, threshold=args.threshold,
-                  limit=args.limit, progress=progress)
-    if args.requests:
-        report.source = args.requests
+                  limit=args.limit, progress=progress, source=args.requests)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")

@@ -373,15 +373,17 @@ def compare(requests: Sequence[Mapping[str, Any]], f32: Sequence[Any],
 
 def gate(model: str, requests: Optional[Sequence[Mapping[str, Any]]] = None, *,
          threads: int = 0, threshold: float = THRESHOLD, limit: Optional[int] = None,
-         progress: Optional[Callable[[str], None]] = None) -> GateReport:
+         progress: Optional[Callable[[str], None]] = None,
+         source: Optional[str] = None) -> GateReport:
     """Run `requests` (the built-in set when None) through `model` in FP32 and in INT8 on the
-    CPU and compare the answers. Raises `InvalidRequest` (every problem, by request index) when
-    a request is invalid, before anything runs."""
+    CPU and compare the answers. `source` names the set in the report. Raises `InvalidRequest`
+    (every problem, by request index) when a request or label is invalid, before any forward
+    pass runs."""
     from .engine import Kime
 
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
         raise BadOption("threshold must be in (0, 1], got %r" % (threshold,))
-    source = "built-in" if requests is None else "given"
+    source = source or ("built-in" if requests is None else "given")
     if limit is not None and limit < 1:
         raise BadOption("limit must be a positive number of requests, got %r" % (limit,))
     reqs = list(builtin_requests(limit or 200) if requests is None else requests)

@@ -154,22 +154,17 @@ def _rope(ck: Checkpoint, theta: float) -> Tuple[np.ndarray, np.ndarray]:
 
 def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
          qimpl: Optional[str] = None) -> str:
+    """The cache key. An INT8 pack is valid only for the kernel set (`qimpl`, qgemm's impl name)
+    that made it, and the ISA alone does not fix that (the CPU's VNNI flavours and KIME_QGEMM
+    choose between avx2, avxvnni and vnni512), so INT8 keys name it."""
     from .. import __version__
 
     if precision == "int8":
-        precision += "-" + (qimpl or _qgemm_impl(isa_name))
+        if not qimpl:
+            raise ValueError("an INT8 cache key needs the qgemm kernel set it was packed for")
+        precision += "-" + qimpl
     return "%s-%s-%s-kime%s-layout%d" % (fingerprint(ck.path), isa_name, precision, __version__,
                                          LAYOUT_VERSION)
-
-
-def _qgemm_impl(isa_name: str) -> str:
-    """The INT8 kernel set that packs and runs for `isa_name` here. A pack is valid only for the
-    impl that made it, and the ISA alone does not fix that: the CPU's VNNI flavours and the
-    KIME_QGEMM cap choose between avx2, avxvnni and vnni512 (whose packs differ in bytes)."""
-    from . import _qgemm
-
-    isas = {_qgemm.isa_name(isa): isa for isa in range(_qgemm.isa_detect() + 1)}
-    return _qgemm.impl_name(isas[isa_name])
 
 
 def _checksum(mm: np.ndarray) -> int:
