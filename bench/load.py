@@ -140,7 +140,10 @@ class Server:
                            % (self.name, timeout, self.log_tail()))
 
     def metrics(self) -> Optional[Dict[str, float]]:
-        """kime's /metrics, summed over labels; None when the server has none."""
+        """kime's /metrics through prometheus_client's parser: each sample by its name summed
+        over labels, and by `name{label="value",...}` alone; None when the server has none."""
+        from prometheus_client.parser import text_string_to_metric_families
+
         try:
             status, body = self.get("/metrics")
         except OSError:
@@ -148,19 +151,12 @@ class Server:
         if status != 200:
             return None
         out: Dict[str, float] = {}
-        for line in body.decode("utf-8", "replace").splitlines():
-            if not line or line.startswith("#"):
-                continue
-            m = re.match(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)$", line)
-            if not m:
-                continue
-            try:
-                v = float(m.group(3))
-            except ValueError:
-                continue
-            out[m.group(1)] = out.get(m.group(1), 0.0) + v
-            if m.group(2):
-                out[m.group(1) + m.group(2)] = v
+        for family in text_string_to_metric_families(body.decode("utf-8", "replace")):
+            for sample in family.samples:
+                out[sample.name] = out.get(sample.name, 0.0) + sample.value
+                if sample.labels:
+                    labels = ",".join('%s="%s"' % kv for kv in sorted(sample.labels.items()))
+                    out["%s{%s}" % (sample.name, labels)] = sample.value
         return out
 
     def log_tail(self, lines: int = 30) -> str:

@@ -5,20 +5,21 @@ Two surfaces over one engine: `kime.Kime` (the engine API: `decide`, `decide_bat
 Nothing compiled is imported until a model is loaded.
 """
 from .answers import Answer, Response, Usage
-from .backend import Memory
+from .backend import Device, Memory, Precision
 from .engine import Kime, Timing
 from .errors import (BadDeviceOrdinal, BadOption, CheckpointError, CheckpointFileMissing,
-                     CudaMismatch, CudaUnavailable, CupyMissing, InvalidArgument, InvalidRequest,
+                     BackendError, CudaMismatch, CudaUnavailable, CupyMissing, InvalidArgument,
+                     InvalidRequest,
                      KimeError, ModelNotFound, NoGpu, NonFiniteLogits, TokenizerError, TooLong,
                      Unsupported)
 from .gate import GateReport, gate
 from .laya import Agent, load
+from ._version import __version__
 from .request import Request
 
-__version__ = "0.1.0"
-
 __all__ = [
-    "Agent", "Answer", "BadDeviceOrdinal", "BadOption", "CudaMismatch", "CudaUnavailable",
+    "Agent", "Answer", "BackendError", "BadDeviceOrdinal", "BadOption", "CudaMismatch",
+    "CudaUnavailable", "Device", "Precision",
     "CupyMissing", "NoGpu", "CheckpointError", "CheckpointFileMissing", "GateReport",
     "InvalidArgument",
     "InvalidRequest", "Kime", "KimeError", "Memory", "ModelNotFound", "NonFiniteLogits", "Request",

@@ -1,23 +1,23 @@
-"""The backend boundary and how a device name becomes a backend.
+"""The backend contract: what the executor needs from a device, and the typed device and precision.
 
-A backend runs a packed `Batch` into `Outputs` and reports the bytes it holds. The engine
-reaches the compiled backends only through `open_backend`, so `import kime` never imports a
-backend (or CuPy).
+A backend holds one checkpoint's weights on one device in its own layout and runs packed
+`Batch`es into `Outputs`. Everything the rest of kime reads from a backend is on `Backend`
+below; nothing reaches past it with `getattr`. This module imports no backend: the factory that
+picks `_cpu` or `_cuda` (`kime.factory`) sits beside the engine, so the protocol and its
+implementations never import each other.
+
+`Device` and `Precision` are parsed once, where a user's string enters (`Device.parse`,
+`Precision.parse`), and travel as typed values after that.
 """
 from __future__ import annotations
 
+import enum
 import os
 from dataclasses import dataclass
-from typing import Optional, Protocol, Tuple
+from typing import Optional, Protocol, Union
 
 from .batch import Batch, Outputs
-from .checkpoint import Checkpoint
-from .errors import (BadDeviceOrdinal, BadOption, CudaMismatch, CudaUnavailable,  # noqa: F401
-                     CupyMissing, NoGpu, Unsupported)
-
-PRECISIONS = {"f16": "f16", "fp16": "f16", "float16": "f16", "half": "f16",
-              "f32": "f32", "fp32": "f32", "float32": "f32",
-              "int8": "int8", "i8": "int8"}
+from .errors import BadOption, Unsupported
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,99 @@ class Memory:
     plans: int
 
 
-class Backend(Protocol):
-    name: str
-    threads: int
+@dataclass(frozen=True)
+class Device:
+    """Where a model runs: `auto` (a GPU when one runs here, else the CPU), `cpu`, or `cuda:N`.
 
-    def run(self, batch: Batch) -> Outputs: ...
+    `str(device)` is the spelling `parse` reads back (`cpu`, `cuda:0`, `auto`).
+    """
 
-    def memory(self) -> Memory: ...
+    kind: str  # "auto", "cpu" or "cuda"
+    ordinal: int = 0
 
-    def describe(self) -> str: ...
+    @classmethod
+    def parse(cls, value: Union[str, "Device", None]) -> "Device":
+        """`None`/`auto`, `cpu`, `cuda`, `cuda:N`; anything else is refused with what to use."""
+        if isinstance(value, Device):
+            return value
+        name = "auto" if value is None else str(value).strip().lower()
+        if name in ("auto", "cpu"):
+            return cls(name)
+        if name == "cuda" or name.startswith("cuda:"):
+            ordinal = name.partition(":")[2] or "0"
+            if not ordinal.isdigit():
+                raise BadOption("device %r: a CUDA device is 'cuda' or 'cuda:N' with N a GPU "
+                                "ordinal" % (value,))
+            return cls("cuda", int(ordinal))
+        if name in ("metal", "mps", "ane"):
+            raise Unsupported("device %r: the Apple backends are not part of kime yet; use "
+                              "device='cpu'" % (value,))
+        raise BadOption("device %r is not a device kime knows; use 'auto', 'cpu', 'cuda' or "
+                        "'cuda:N'" % (value,))
+
+    @property
+    def is_auto(self) -> bool:
+        return self.kind == "auto"
+
+    def __str__(self) -> str:
+        return "cuda:%d" % self.ordinal if self.kind == "cuda" else self.kind
+
+
+class Precision(str, enum.Enum):
+    """The arithmetic a backend runs in.
+
+    `auto` (the default) is FP16 on a GPU and FP32 on the CPU. `f16` is the GPU's FP16 weights
+    and activations with FP32 accumulation; the CPU has no FP16 kernels, so `f16` on the CPU is
+    refused rather than quietly run in FP32. `f32` is FP32 everywhere; `int8` is the CPU's INT8
+    GEMMs (FP32 attention and heads).
+    """
+
+    AUTO = "auto"
+    F16 = "f16"
+    F32 = "f32"
+    INT8 = "int8"
+
+    @classmethod
+    def parse(cls, value: Union[str, "Precision", None]) -> "Precision":
+        if isinstance(value, Precision):
+            return value
+        if value is None:
+            return cls.AUTO
+        key = str(value).strip().lower()
+        aliases = {"fp16": "f16", "float16": "f16", "half": "f16", "fp32": "f32",
+                   "float32": "f32", "i8": "int8"}
+        key = aliases.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            raise BadOption("precision %r is not one kime knows; use 'auto', 'f16' (GPU), 'f32' "
+                            "or 'int8' (CPU)" % (value,)) from None
+
+    def on(self, device: Device) -> "Precision":
+        """The precision this one means on a resolved device (`auto` becomes concrete); refuses
+        a precision the device has no kernels for."""
+        if device.is_auto:
+            raise ValueError("resolve the device before the precision")
+        if device.kind == "cuda":
+            if self is Precision.INT8:
+                raise Unsupported("precision='int8' runs on the CPU only; on device=%r use 'f16' "
+                                  "(the default on a GPU) or 'f32'" % str(device))
+            return Precision.F16 if self is Precision.AUTO else self
+        if self is Precision.F16:
+            raise Unsupported("precision='f16' runs on a GPU only: the CPU has no FP16 kernels "
+                              "and would compute in FP32; use 'f32' (what 'auto' picks on the "
+                              "CPU) or 'int8'")
+        return Precision.F32 if self is Precision.AUTO else self
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def parse_threads(threads: object) -> int:
+    """0 (every core) or a positive count; anything else is refused."""
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
+    return threads
 
 
 def cpu_count() -> int:
@@ -48,85 +132,46 @@ def cpu_count() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def parse_device(device: Optional[str]) -> Tuple[str, int]:
-    """`auto`, `cpu`, `cuda`, `cuda:N` -> (kind, ordinal). Others are refused clearly."""
-    name = "auto" if device is None else str(device).strip().lower()
-    if name in ("auto", "cpu"):
-        return name, 0
-    if name == "cuda" or name.startswith("cuda:"):
-        ordinal = name.partition(":")[2] or "0"
-        if not ordinal.isdigit():
-            raise BadOption("device %r: a CUDA device is 'cuda' or 'cuda:N' with N a GPU ordinal"
-                            % (device,))
-        return "cuda", int(ordinal)
-    if name in ("metal", "mps", "ane"):
-        raise Unsupported("device %r: the Apple backends are not part of kime yet; use "
-                          "device='cpu'" % (device,))
-    raise BadOption("device %r is not a device kime knows; use 'auto', 'cpu', 'cuda' or 'cuda:N'"
-                    % (device,))
+class Backend(Protocol):
+    """One checkpoint on one device, as the executor drives it.
 
-
-def parse_precision(precision: Optional[str]) -> str:
-    if precision is None:
-        return "f16"
-    key = str(precision).strip().lower()
-    if key not in PRECISIONS:
-        raise BadOption("precision %r is not one kime knows; use 'f16', 'f32' or 'int8'"
-                        % (precision,))
-    return PRECISIONS[key]
-
-
-def check_options(device: Optional[str], precision: Optional[str], threads: int) -> Tuple[str, int, str]:
-    """Refuse a device, precision or thread count that cannot run, before any weight is read.
-    Returns (device kind, ordinal, precision). For `cuda` this imports CuPy and finds the GPU, so
-    each reason a GPU cannot run raises its own `CudaUnavailable` here."""
-    kind, ordinal = parse_device(device)
-    prec = parse_precision(precision)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise BadOption("threads must be 0 (every core) or a positive integer, got %r" % (threads,))
-    if kind == "cuda":
-        if prec == "int8":
-            raise Unsupported("precision='int8' runs on the CPU only; on device=%r use 'f16' (the "
-                              "default) or 'f32'" % (device,))
-        from ._cuda.device import open_cupy
-
-        open_cupy(ordinal)
-    return kind, ordinal, prec
-
-
-def resolve_auto(precision: str) -> str:
-    """`auto`: `cuda` when CuPy imports and a GPU is there (and the precision runs on one),
-    else `cpu`. The chosen device is what the backend's `describe()` reports."""
-    if precision == "int8":
-        return "cpu"
-    from ._cuda.device import probe
-
-    return "cuda" if probe(0) is None else "cpu"
-
-
-def open_backend(ck: Checkpoint, device: Optional[str], precision: Optional[str],
-                 threads: int, preload: bool = False) -> Backend:
-    """The backend for a device and precision: `auto` is CUDA when a GPU runs here, else the CPU.
-
-    On a GPU that is the CuPy backend (`f16` by default, or `f32`). On the CPU it is the compiled
-    backend, where `f16` and `f32` both compute in FP32; `KIME_CPU_BACKEND=reference` picks the
-    NumPy reference instead (slow; the oracle the tests compare against).
+    The executor calls `prepare` and `run` from one thread at a time (under its lock); `run`'s
+    outputs are views into the backend's buffers, valid until the next `run`, so the caller
+    copies what it keeps.
     """
-    kind, ordinal, prec = check_options(device, precision, threads)
-    if kind == "auto":
-        kind = resolve_auto(prec)
-    if kind == "cuda":
-        from ._cuda.backend import CudaBackend
 
-        return CudaBackend(ck, ordinal=ordinal, precision=prec, preload=preload, threads=threads)
-    from ._cpu.backend import CpuBackend, ReferenceBackend
+    device: Device
+    """The resolved device (never `auto`)."""
+    precision: Precision
+    """The resolved precision (never `auto`)."""
+    threads: int
+    """CPU threads the backend's kernels use (the host threads on a GPU)."""
+    max_batch_tokens: int
+    """The most tokens one `run` takes; the executor splits work to fit."""
+    kernels: str
+    """The kernel set that runs, in words (`avx512`, `vnni512`, `sm_90`, `numpy`)."""
+    weights_from: str
+    """Where the weights came from at load: `cache` (a packed file mapped), `packed` (converted
+    now), `checkpoint` (read as stored) or `uploaded` (copied to a device)."""
+    weights_file: Optional[str]
+    """The packed-weights cache file this backend uses, or None when it keeps none."""
 
-    choice = os.environ.get("KIME_CPU_BACKEND", "compiled").strip().lower()
-    if choice == "reference":
-        if prec == "int8":
-            raise Unsupported("precision='int8' runs on the compiled CPU backend, not the NumPy "
-                              "reference (KIME_CPU_BACKEND=reference)")
-        return ReferenceBackend(ck, threads or cpu_count())
-    if choice != "compiled":
-        raise BadOption("KIME_CPU_BACKEND=%r: use 'compiled' (the default) or 'reference'" % choice)
-    return CpuBackend(ck, threads or cpu_count(), preload=preload, int8=prec == "int8")
+    def prepare(self, tokens: int) -> None:
+        """Build the plan (arena and buffers) of the bucket that holds `tokens`, so the first
+        `run` that needs it does not allocate. Idempotent."""
+        ...
+
+    def run(self, batch: Batch) -> Outputs:
+        """Run one batch of at most `max_batch_tokens` tokens."""
+        ...
+
+    def memory(self) -> Memory:
+        ...
+
+    def describe(self) -> str:
+        """The device, precision and kernels in words, for `engine.device` and `kime doctor`."""
+        ...
+
+    def close(self) -> None:
+        """Free the weights and plans. The backend cannot run afterwards; closing twice is fine."""
+        ...

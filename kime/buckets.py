@@ -2,12 +2,12 @@
 
 A batch is rows packed end to end, so the only shape a plan depends on is its total token
 count. Plans are built for powers of two from `BUCKETS[0]`; a batch takes the smallest bucket
-that holds it, and the engine fills batches up to the largest bucket. A single row longer than
-that (a request that raised `max_len`) gets a bucket of its own.
+that holds it, and the executor fills batches up to the largest bucket (`kime.split`). A
+single row longer than that (a request that raised `max_len`) gets a bucket of its own.
 """
 from __future__ import annotations
 
-from typing import List, Sequence
+from typing import Sequence
 
 BUCKETS = (256, 512, 1024, 2048, 4096)
 """4096 tokens holds eight 512-token rows, about 170 MB of activations on ModernBERT-base:
@@ -26,17 +26,3 @@ def pick_bucket(tokens: int, buckets: Sequence[int] = BUCKETS) -> int:
         size *= 2
     return size
 
-
-def split(lengths: Sequence[int], budget: int = BUCKETS[-1]) -> List[range]:
-    """Consecutive rows grouped into batches of at most `budget` tokens (a longer row alone).
-    Order is kept, so answers map back by position."""
-    out: List[range] = []
-    start = 0
-    while start < len(lengths):
-        end, tokens = start, 0
-        while end < len(lengths) and (end == start or tokens + lengths[end] <= budget):
-            tokens += lengths[end]
-            end += 1
-        out.append(range(start, end))
-        start = end
-    return out

@@ -3,7 +3,8 @@
 Layout (written by Laya's `save_checkpoint`): `rl_agent_config.json`, `encoder/config.json` (a
 ModernBERT config in the transformers 4.x or 5.x spelling), `model.safetensors` (FP16) and
 `tokenizer/`. A missing file or a missing, unexpected or misshaped tensor is refused with a message
-naming it, before any forward pass could read garbage.
+naming it, before any forward pass could read garbage. The tensors a config implies are the
+model graph's (`kime.graph`); this module only reads and checks the files.
 """
 from __future__ import annotations
 
@@ -15,41 +16,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Tuple
 import numpy as np
 
 from .errors import CheckpointError, CheckpointFileMissing, Unsupported
+from .graph import (DEFAULT_GLOBAL_THETA, DEFAULT_LOCAL_THETA, DEFAULT_NORM_EPS, GELU_ACTIVATIONS,
+                    EncoderSpec, Graph, build)
 from .tokenizer import Tokenizer
-
-DEFAULT_GLOBAL_THETA = 160000.0
-DEFAULT_LOCAL_THETA = 10000.0
-HEAD_NORM_EPS = 1e-5  # nn.LayerNorm's default, used by the decision head and the scorer
-ACT_HIDDEN = 256
-GELU_ACTIVATIONS = ("gelu", "gelu_python")  # both are the exact erf form
-
-
-@dataclass(frozen=True)
-class EncoderSpec:
-    """The ModernBERT encoder's shape, from `encoder/config.json`."""
-
-    hidden: int
-    layers: int
-    heads: int
-    intermediate: int
-    vocab: int
-    norm_eps: float
-    norm_bias: bool
-    attention_bias: bool
-    mlp_bias: bool
-    local_attention: int
-    global_layers: Tuple[bool, ...]  # per layer: True for full attention, False for the window
-    global_theta: float
-    local_theta: float
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def half_window(self) -> int:
-        """A local layer lets query i see key j when |i - j| <= this."""
-        return self.local_attention // 2
 
 
 @dataclass(frozen=True)
@@ -68,22 +37,19 @@ class AgentConfig:
 
 @dataclass
 class Checkpoint:
-    """Everything a backend and the answer builder need, loaded and checked."""
+    """Everything a backend and the answer builder need, loaded and checked. `graph` is the
+    model's computation (kime.graph), which every backend lowers."""
 
     path: str
     config: AgentConfig
     encoder: EncoderSpec
+    graph: Graph = field(repr=False)
     weights: "Weights" = field(repr=False)
     tokenizer: Tokenizer = field(repr=False)
 
     @property
     def hidden(self) -> int:
         return self.encoder.hidden
-
-    @property
-    def head_heads(self) -> int:
-        """The decision head's attention heads: `max(1, d // 64)`, as Laya builds it."""
-        return max(1, self.encoder.hidden // 64)
 
     def weight_bytes(self) -> int:
         """The weights' size in FP32, as the reference backend holds them."""
@@ -157,7 +123,7 @@ def read_encoder_spec(path: str) -> EncoderSpec:
         heads = int(c.get("num_attention_heads", 12))
         intermediate = int(c.get("intermediate_size", 1152))
         vocab = int(c.get("vocab_size", 50368))
-        norm_eps = float(c.get("norm_eps", 1e-5))
+        norm_eps = float(c.get("norm_eps", DEFAULT_NORM_EPS))
         local_attention = int(c.get("local_attention", 128))
     except (TypeError, ValueError) as e:
         raise CheckpointError("%s: a size is not a number: %s" % (cfg_path, e)) from e
@@ -201,76 +167,29 @@ def read_encoder_spec(path: str) -> EncoderSpec:
                        local_theta=local_theta)
 
 
-def expected_shapes(enc: EncoderSpec, cfg: AgentConfig) -> Dict[str, Tuple[int, ...]]:
-    """Every tensor Laya's `DecisionModel` holds, with its shape."""
-    d, inter = enc.hidden, enc.intermediate
-    shapes: Dict[str, Tuple[int, ...]] = {
-        "encoder.embeddings.tok_embeddings.weight": (enc.vocab, d),
-        "encoder.embeddings.norm.weight": (d,),
-        "encoder.final_norm.weight": (d,),
-    }
-    norms = ["encoder.embeddings.norm", "encoder.final_norm"]
-    for i in range(enc.layers):
-        p = "encoder.layers.%d." % i
-        if i > 0:
-            shapes[p + "attn_norm.weight"] = (d,)
-            norms.append(p + "attn_norm")
-        shapes[p + "attn.Wqkv.weight"] = (3 * d, d)
-        shapes[p + "attn.Wo.weight"] = (d, d)
-        shapes[p + "mlp_norm.weight"] = (d,)
-        norms.append(p + "mlp_norm")
-        shapes[p + "mlp.Wi.weight"] = (2 * inter, d)
-        shapes[p + "mlp.Wo.weight"] = (d, inter)
-        if enc.attention_bias:
-            shapes[p + "attn.Wqkv.bias"] = (3 * d,)
-            shapes[p + "attn.Wo.bias"] = (d,)
-        if enc.mlp_bias:
-            shapes[p + "mlp.Wi.bias"] = (2 * inter,)
-            shapes[p + "mlp.Wo.bias"] = (d,)
-    if enc.norm_bias:
-        for n in norms:
-            shapes[n + ".bias"] = (d,)
-    shapes["type_emb.weight"] = (3, d)
-    for j in range(cfg.head_layers):
-        p = "head.layers.%d." % j
-        shapes.update({
-            p + "self_attn.in_proj_weight": (3 * d, d), p + "self_attn.in_proj_bias": (3 * d,),
-            p + "self_attn.out_proj.weight": (d, d), p + "self_attn.out_proj.bias": (d,),
-            p + "linear1.weight": (4 * d, d), p + "linear1.bias": (4 * d,),
-            p + "linear2.weight": (d, 4 * d), p + "linear2.bias": (d,),
-            p + "norm1.weight": (d,), p + "norm1.bias": (d,),
-            p + "norm2.weight": (d,), p + "norm2.bias": (d,),
-        })
-    shapes.update({
-        "scorer.0.weight": (d,), "scorer.0.bias": (d,),
-        "scorer.1.weight": (d, d), "scorer.1.bias": (d,),
-        "scorer.3.weight": (1, d), "scorer.3.bias": (1,),
-        "act_head.0.weight": (ACT_HIDDEN, d + 4), "act_head.0.bias": (ACT_HIDDEN,),
-        "act_head.2.weight": (cfg.n_act, ACT_HIDDEN), "act_head.2.bias": (cfg.n_act,),
-        "temperature": (3,),
-    })
-    return shapes
+def graph_of(enc: EncoderSpec, cfg: AgentConfig) -> Graph:
+    """The computation of a checkpoint with this encoder and agent config."""
+    return build(enc, head_layers=cfg.head_layers, n_act=cfg.n_act, max_len=cfg.max_len)
 
 
 class Weights(Mapping[str, np.ndarray]):
     """The checkpoint's tensors, read from `model.safetensors` on demand.
 
-    `weights[name]` is the FP32 tensor, converted once and kept (the reference backend reads
-    every tensor many times); `fresh(name)` converts without keeping, for a backend that repacks
-    each tensor once; `raw(name)` is the tensor as stored (FP16). Loading checks every name and
+    `weights[name]` (or `fresh(name)`) is the tensor converted to FP32, and `raw(name)` the tensor
+    as stored (FP16). Nothing is kept here: each backend converts the tensors once to its own
+    layout and owns that copy, so closing the backend frees it. Loading checks every name and
     shape from the file's header alone, so a backend that maps a packed cache never reads them.
     """
 
     def __init__(self, path: str, shapes: Dict[str, Tuple[int, ...]]):
         self.path = path
         self._shapes = shapes
-        self._fp32: Dict[str, np.ndarray] = {}
 
     def __getitem__(self, name: str) -> np.ndarray:
-        arr = self._fp32.get(name)
-        if arr is None:
-            arr = self._fp32[name] = self.fresh(name)
-        return arr
+        return self.fresh(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._shapes  # from the header: reads no tensor
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._shapes)
@@ -293,14 +212,14 @@ class Weights(Mapping[str, np.ndarray]):
         return sum(4 * int(np.prod(s)) for s in self._shapes.values())
 
 
-def load_weights(path: str, enc: EncoderSpec, cfg: AgentConfig) -> Weights:
-    """Check every tensor of `model.safetensors` against the config from its header."""
+def load_weights(path: str, graph: Graph) -> Weights:
+    """Check every tensor of `model.safetensors` against the graph from the file's header."""
     from safetensors import safe_open
 
     weights_path = os.path.join(path, "model.safetensors")
     if not os.path.isfile(weights_path):
         raise CheckpointFileMissing("the checkpoint has no weights: %s is missing" % weights_path)
-    expected = expected_shapes(enc, cfg)
+    expected = graph.tensors()
     try:
         handle = safe_open(weights_path, framework="numpy")
     except Exception as e:  # safetensors raises its own SafetensorError
@@ -342,5 +261,7 @@ def load_checkpoint(path: str) -> Checkpoint:
     if tok.vocab_size > enc.vocab:
         raise CheckpointError("%s: the tokenizer has %d tokens but the embedding only %d rows"
                               % (path, tok.vocab_size, enc.vocab))
-    weights = load_weights(path, enc, cfg)
-    return Checkpoint(path=path, config=cfg, encoder=enc, weights=weights, tokenizer=tok)
+    graph = graph_of(enc, cfg)
+    weights = load_weights(path, graph)
+    return Checkpoint(path=path, config=cfg, encoder=enc, graph=graph, weights=weights,
+                      tokenizer=tok)

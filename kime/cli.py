@@ -77,7 +77,7 @@ def _version(package: str) -> Optional[str]:
 
 
 def _doctor_report() -> dict:
-    from . import __version__
+    from ._version import __version__
     from .backend import cpu_count
 
     report: dict = {
@@ -185,45 +185,50 @@ def _size(n: int) -> str:
 
 def _convert(args: argparse.Namespace) -> int:
     from .engine import Kime
-    from ._cpu.weights import _key, cache_dir
 
     engine = Kime(args.model, device=args.device, precision=args.precision, threads=args.threads)
-    backend: Any = engine._backend  # the compiled CPU backend has isa_name and weights_from
-    how = getattr(backend, "weights_from", None)
-    if how is None:
+    backend = engine.backend
+    path = backend.weights_file
+    if path is None:
         raise Unsupported("the %s backend keeps no packed weights to convert (unset "
                           "KIME_CPU_BACKEND to use the compiled one)" % backend.describe())
-    path = os.path.join(cache_dir(), _key(engine._ck, backend.isa_name, backend.precision,
-                                          getattr(backend, "qgemm_impl", None)) + ".kpack")
     if not os.path.isfile(path):
         raise OSError("packed the weights for %s, but could not write the cache file %s "
                       "(is the directory writable? set KIME_CACHE to move it)"
-                      % (backend.isa_name, path))
-    print("model:  %s (%s)" % (args.model, engine._ck.path))
-    print("isa:    %s" % backend.isa_name)
+                      % (backend.kernels, path))
+    print("model:  %s (%s)" % (args.model, engine.checkpoint.path))
+    print("isa:    %s" % backend.kernels)
     print("device: %s" % backend.describe())
     print("cache:  %s" % path)
     print("size:   %s (%d bytes)" % (_size(os.path.getsize(path)), os.path.getsize(path)))
-    print("status: %s" % ("built now" if how == "packed" else "already cached"))
+    print("status: %s" % ("built now" if backend.weights_from == "packed" else "already cached"))
     return 0
 
 
 def _serve(args: argparse.Namespace) -> int:
     try:
-        from .server import ConfigError, load_settings, serve
+        from .serve import ConfigError, load_settings, serve
+        from .serve.settings import flags_from
     except ImportError as e:
         raise _Usage("kime serve needs the HTTP stack: pip install 'kime[serve]' (%s)" % e) from e
-    flags = {"model": args.model, "host": args.host, "port": args.port, "device": args.device,
-             "precision": args.precision, "threads": args.threads,
-             "api_key_file": args.api_key_file, "max_queue": args.max_queue,
-             "max_merge": args.max_merge,
-             "log_level": args.log_level, "graceful_shutdown": args.graceful_shutdown}
     try:
-        settings = load_settings(flags, config=args.config)
+        settings = load_settings(flags_from(args), config=args.config)
     except ConfigError as e:
         raise _Usage(str(e)) from e
     serve(settings)
     return 0
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """`kime serve`'s flags, generated from the settings' declaration. Without the serve extra
+    the command stays listed and, run, says what to install."""
+    try:
+        from .serve.settings import add_arguments
+    except ImportError:
+        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    else:
+        add_arguments(parser)
+    parser.set_defaults(run=_serve)
 
 
 def _gate(args: argparse.Namespace) -> int:
@@ -259,7 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "a conversation list)")
     d.add_argument("--questions", "-q", required=True, help="JSON file: {id: question, ...}")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    d.add_argument("--precision", default=None, help="f16, f32 or int8")
+    d.add_argument("--precision", default="auto", help="auto (default: f16 on a GPU, f32 on the "
+                   "CPU), f16, f32 or int8")
     d.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     d.add_argument("--max-len", type=int, default=None, help="override the checkpoint's max_len")
     d.add_argument("--head-max-len", type=int, default=None, help="override head_max_len")
@@ -291,8 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="alias, hf://org/repo[/sub], org/repo or a checkpoint directory")
     c.add_argument("--device", default="cpu", help="cpu (default) or auto")
     c.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
-    c.add_argument("--precision", default="f32", help="f32 (default) or int8: which packed "
-                   "weights to build")
+    c.add_argument("--precision", default="auto", help="auto (default: f32 on the CPU), f32 or "
+                   "int8: which packed weights to build")
     c.set_defaults(run=_convert)
 
     s = sub.add_parser("serve", help="serve laya-serve's HTTP API (needs kime[serve])",
@@ -300,31 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "/v1/systemone/batch; GET /health, /ready, /v1/models, /metrics) on "
                        "FastAPI + uvicorn. Settings: flags > KIME_* / LAYA_* environment > "
                        "--config TOML file > defaults.")
-    s.add_argument("--model", "-m", default=None, help="alias, hf://org/repo[/sub], or a "
-                   "checkpoint directory (env KIME_MODEL; default: laya)")
-    s.add_argument("--host", default=None, help="bind address (env KIME_HOST, LAYA_HOST; "
-                   "default 127.0.0.1)")
-    s.add_argument("--port", type=int, default=None, help="bind port (env KIME_PORT, LAYA_PORT; "
-                   "default 8000)")
-    s.add_argument("--api-key-file", default=None, help="bearer keys, one per line (also "
-                   "KIME_API_KEY, LAYA_API_KEY); without any key the API is open")
-    s.add_argument("--threads", type=int, default=None, help="CPU threads, 0: every core (env "
-                   "KIME_THREADS, LAYA_THREADS)")
-    s.add_argument("--config", default=None, help="TOML file with the settings (a [serve] table "
-                   "or top-level keys; env KIME_CONFIG)")
-    s.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N (env KIME_DEVICE, "
-                   "LAYA_DEVICE)")
-    s.add_argument("--precision", default=None, help="f16, f32 or int8 (env KIME_PRECISION)")
-    s.add_argument("--max-queue", type=int, default=None, help="answer 503 + Retry-After when "
-                   "this many submissions wait for the device; 0: no bound (env KIME_MAX_QUEUE; "
-                   "default 256)")
-    s.add_argument("--max-merge", type=int, default=None, help="requests one forward run may "
-                   "merge; 0: every queued request that fits (env KIME_MAX_MERGE; default 0)")
-    s.add_argument("--graceful-shutdown", type=float, default=None, help="seconds requests in "
-                   "flight get to finish after SIGTERM (env KIME_GRACEFUL_SHUTDOWN; default 30)")
-    s.add_argument("--log-level", default=None, help="uvicorn log level (env KIME_LOG_LEVEL, "
-                   "LAYA_LOG_LEVEL; default info)")
-    s.set_defaults(run=_serve)
+    _serve_arguments(s)
 
     g = sub.add_parser("gate", help="compare INT8 with FP32 on a request set; pass or fail",
                        description="Run a request set through the model in FP32 and in INT8 on "

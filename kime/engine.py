@@ -1,37 +1,35 @@
-"""`Kime`: validate, lay out, batch, run, answer. The in-process API the Laya-compatible API,
-the CLI and (later) the server sit on.
+"""`Kime`: one checkpoint on one device, answering `Request`s. The engine API, and what Laya's
+surface (`kime.laya`), the CLI and the server sit on.
 
-A call validates every request first and reports every problem at once; then each request's
-state is tokenized once and laid out against each question's head, which is built once per
-call; the rows of all requests are packed into batches under a token budget and run on the
-backend; the logits become Laya's answers. A row's logits do not depend on what else is in its
-batch, so splitting and merging requests never changes an answer.
+`Kime` composes the steps and owns none of their rules: the name resolves to a directory
+(`hub`), the directory loads and checks (`checkpoint`), a backend opens for the device
+(`factory`); a call validates every request (`request`), lays each out once per state and
+question (`layout`), hands the rows to the scheduler, which merges callers into shared batches
+run by the executor (`scheduler`, `executor`), and turns the raw outputs into answers
+(`answers`, with the checkpoint's `calibration`). A row's outputs do not depend on what else
+is in its batch, so splitting and merging requests never changes an answer.
 """
 from __future__ import annotations
 
-import hashlib
-import threading
-from concurrent.futures import Future
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
-
-import numpy as np
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import hub
-from .answers import Response, Temperatures, Usage, make_answer
-from .backend import Memory, check_options, open_backend
-from .batch import Batch
-from .buckets import BUCKETS, split
+from .answers import Response, Usage, make_answer
+from .backend import Backend, Device, Memory, Precision
+from .calibration import Temperatures
 from .checkpoint import Checkpoint, load_checkpoint
-from .errors import InvalidArgument, Problem, TooLong, problem
-from .cache import LRU
-from .layout import Head, Row, build_head, build_row, fitting_markers
-from .render import Question, State, render_options, serialize_state
-from .request import Request, check_questions, raise_if
+from .errors import InvalidArgument, problem
+from .executor import Executor, RowOutput
+from .factory import check_options, open_backend
+from .layout import Head, Job, Layouter, Row
+from .request import Questions, Request, validate
 from .scheduler import Scheduler
 
 RequestLike = Union[Request, Mapping[str, Any]]
+
 
 @dataclass(frozen=True)
 class Timing:
@@ -44,22 +42,14 @@ class Timing:
     cut_tokens: int
 
 
-@dataclass
-class _Job:
-    """One request, laid out: its questions, and one row per question."""
-
-    questions: List[Question]
-    rows: List[Row]
-    heads: List[Head]
-
-
 class Kime:
     """A Laya checkpoint loaded on a device. Safe to share between threads.
 
     `model` is an alias (`laya`, `laya-multilingual`, `typed-decisions`, ...), an
     `hf://org/repo[/subfolder]` reference, a Hub repo id or a checkpoint directory; names are
-    looked up offline in the Hugging Face cache. `precision` is `f16` (default), `f32` or `int8`;
-    on the CPU both float settings compute in FP32. `threads=0` uses every core.
+    looked up offline in the Hugging Face cache. `device` is `auto` (a GPU when one runs here,
+    else the CPU), `cpu` or `cuda[:N]`. `precision` is `auto` (FP16 on a GPU, FP32 on the CPU),
+    `f16` (GPU only), `f32` or `int8` (CPU only). `threads=0` uses every core.
 
     `answer_cache` bounds the rows whose raw outputs are kept (keyed by the row's token ids,
     markers and question type, so a hit is exactly what a forward pass would give) and
@@ -70,54 +60,57 @@ class Kime:
     fit the token budget; 1: one request at a time, for measuring what merging gains).
     """
 
-    def __init__(self, model: str, device: str = "auto", precision: str = "f16", threads: int = 0,
+    def __init__(self, model: str, device: Union[str, Device, None] = "auto",
+                 precision: Union[str, Precision, None] = "auto", threads: int = 0,
                  preload: bool = False, answer_cache: int = 4096, token_cache: int = 1024,
                  max_merge: int = 0):
-        check_options(device, precision, threads)
-        self._answers: LRU[Tuple[np.ndarray, np.ndarray]] = LRU(answer_cache)
-        self._heads: LRU[Head] = LRU(token_cache)
+        check_options(device, precision, threads)  # before any file is read
         self.model_id: str = str(model)
-        path = hub.resolve(self.model_id)
-        self._ck: Checkpoint = load_checkpoint(str(path))
-        cfg = self._ck.config
+        self.checkpoint: Checkpoint = load_checkpoint(str(hub.resolve(self.model_id)))
+        cfg = self.checkpoint.config
         self.temperatures = Temperatures(cfg.temperature, cfg.temperature_by_options,
                                          source=repr(self.model_id))
         self.temperatures.warn()
-        self._tok = self._ck.tokenizer
-        self._backend = open_backend(self._ck, device, precision, threads, preload=bool(preload))
-        self._lock = threading.Lock()
-        # The backend's largest bucket bounds a batch (and so what one run may merge).
-        self._batch_tokens = int(getattr(self._backend, "max_batch_tokens", None) or BUCKETS[-1])
-        self.scheduler = Scheduler(self._run, budget=self._batch_tokens, max_merge=max_merge)
+        self.layouter = Layouter(self.checkpoint.tokenizer, cfg.max_len, cfg.head_max_len,
+                                 token_cache)
+        self.backend: Backend = open_backend(self.checkpoint, device, precision, threads,
+                                             preload=bool(preload))
+        self.executor = Executor(self.backend, answer_cache)
+        self.scheduler = Scheduler(self.executor.run, budget=self.executor.max_batch_tokens,
+                                   max_merge=max_merge)
 
     # --- facts about the engine -------------------------------------------------------------
 
     @property
     def device(self) -> str:
         """The device the model runs on, in words."""
-        return self._backend.describe()
+        return self.backend.describe()
 
     @property
     def max_row_tokens(self) -> int:
         """The most tokens one question's row holds; longer states are cut to fit."""
-        return self._ck.config.max_len
-
-    @property
-    def checkpoint(self) -> Checkpoint:
-        return self._ck
+        return self.checkpoint.config.max_len
 
     def memory(self) -> Memory:
         """Bytes the model holds on its device."""
-        return self._backend.memory()
+        return self.backend.memory()
 
     def count_tokens(self, request: RequestLike) -> int:
         """Tokens a request holds before anything is cut: its state once, plus every question's
         head and options. A server can refuse an oversized request with this before queueing."""
         req = _as_request(request)
-        questions = self._validated([req])[0]
-        n = len(self._state_ids(req.state, ["state"]))
-        budget = req.head_max_len if req.head_max_len is not None else self._ck.config.head_max_len
-        return n + sum(len(build_head(self._tok, q, budget).ids) for q in questions)
+        questions = validate([req])[0]
+        n = len(self.layouter.state_ids(req.state))
+        _, head_max_len = self.layouter.budgets(req.max_len, req.head_max_len)
+        return n + sum(len(self.layouter.head(q, head_max_len).ids) for q in questions.items)
+
+    def cache_stats(self) -> Dict[str, Dict[str, float]]:
+        """Size, capacity, hits, misses and hit ratio of the answer and token caches."""
+        return {"answers": self.executor.cache.stats(), "tokens": self.layouter.cache.stats()}
+
+    def clear_caches(self) -> None:
+        self.executor.cache.clear()
+        self.layouter.cache.clear()
 
     # --- answering --------------------------------------------------------------------------
 
@@ -134,41 +127,11 @@ class Kime:
                            cache: bool = True) -> Tuple[List[Response], Timing]:
         """`decide_batch`, and where the time went."""
         t0 = time.perf_counter()
-        jobs = self._prepare(requests, cache)
+        jobs = self.lay_out(requests, cache)
         t1 = time.perf_counter()
         outputs, batches = self._submit(jobs, cache).result()
         t2 = time.perf_counter()
-        return self._responses(jobs, outputs), self._timing(jobs, t1 - t0, t2 - t1, batches)
-
-    def _prepare(self, requests: Sequence[RequestLike], cache: bool) -> List["_Job"]:
-        """Validate and lay out, on the caller's thread."""
-        reqs = [_as_request(r, i if len(requests) > 1 else None) for i, r in enumerate(requests)]
-        questions = self._validated(reqs, indexed=len(reqs) > 1)
-        return self._lay_out(reqs, questions, indexed=len(reqs) > 1, cache=cache)
-
-    def _submit(self, jobs: Sequence["_Job"], cache: bool) -> "Future[Tuple[List[Tuple[np.ndarray, np.ndarray]], int]]":
-        """Hand the rows to the scheduler (nothing to run: an already finished future)."""
-        rows = [row for job in jobs for row in job.rows]
-        if not rows:
-            done: "Future[Tuple[List[Tuple[np.ndarray, np.ndarray]], int]]" = Future()
-            done.set_result(([], 0))
-            return done
-        return self.scheduler.submit(rows, [q.type_index for job in jobs for q in job.questions],
-                                     cache)
-
-    def _responses(self, jobs: Sequence["_Job"], outputs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> List[Response]:
-        responses = []
-        at = 0
-        for job in jobs:
-            responses.append(self._respond(job, outputs[at:at + len(job.rows)]))
-            at += len(job.rows)
-        return responses
-
-    @staticmethod
-    def _timing(jobs: Sequence["_Job"], tokenize: float, device: float, batches: int) -> Timing:
-        cut = [r.state_tokens_dropped for job in jobs for r in job.rows]
-        return Timing(tokenize=tokenize, device=device, batches=batches,
-                      truncated=sum(1 for c in cut if c > 0), cut_tokens=sum(cut))
+        return self._responses(jobs, outputs), _timing(jobs, t1 - t0, t2 - t1, batches)
 
     async def decide_async(self, request: RequestLike, cache: bool = True) -> Response:
         """`decide` for asyncio: the layout runs on a worker thread and the forward pass on the
@@ -182,13 +145,23 @@ class Kime:
         import asyncio  # here, not at import: it costs a third of `import kime`
 
         loop = asyncio.get_running_loop()
-        jobs = await loop.run_in_executor(None, self._prepare, requests, cache)
+        jobs = await loop.run_in_executor(None, self.lay_out, requests, cache)
         outputs, _ = await asyncio.wrap_future(self._submit(jobs, cache))
         return self._responses(jobs, outputs)
 
+    def run_rows(self, rows: Sequence[Row], qtypes: Sequence[int],
+                 cache: bool = True) -> List[RowOutput]:
+        """Raw outputs for rows already laid out (e.g. the windows of a long state), through the
+        scheduler like every other call, so they share batches with concurrent callers."""
+        if not rows:
+            return []
+        return self.scheduler.submit(rows, qtypes, cache).result()[0]
+
     def close(self) -> None:
-        """Finish queued work and stop the scheduler's thread. The engine can be used again."""
+        """Finish queued work, stop the scheduler's thread and free the weights and plans.
+        The engine cannot answer afterwards; load the model again to."""
         self.scheduler.close()
+        self.executor.close()
 
     def __enter__(self) -> "Kime":
         return self
@@ -196,139 +169,55 @@ class Kime:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def cache_stats(self) -> Dict[str, Dict[str, float]]:
-        """Size, capacity, hits, misses and hit ratio of the answer and token caches."""
-        return {"answers": self._answers.stats(), "tokens": self._heads.stats()}
-
-    def clear_caches(self) -> None:
-        self._answers.clear()
-        self._heads.clear()
-
     # --- the steps --------------------------------------------------------------------------
 
-    def _validated(self, reqs: Sequence[Request], indexed: bool = False) -> List[List[Question]]:
-        """Every request's questions, normalised; raises with every problem of every request."""
-        out: List[List[Question]] = []
-        problems: List[Problem] = []
-        arg_problems: List[Problem] = []
-        for i, req in enumerate(reqs):
-            prefix = [i] if indexed else []
-            if req.state is None:
-                arg_problems.append(problem(prefix + ["state"], "state must not be None; pass a "
-                                            "string, dict, or list", "type_error.none", None))
-            if not isinstance(req.questions, dict):
-                arg_problems.append(problem(prefix + ["questions"], "questions must be a dict of "
-                                            "question id -> definition, got %s"
-                                            % type(req.questions).__name__, "type_error.dict",
-                                            req.questions))
-                out.append([])
-                continue
-            qs, found = check_questions(req.questions)
-            problems.extend(dict(p, loc=prefix + p["loc"]) for p in found)
-            out.append(qs)
-        raise_if(problems, arg_problems)
-        return out
-
-    def heads(self, questions: Iterable[Question], head_max_len: int, max_len: int,
-              loc: Sequence[Any] = (), cache: bool = True) -> List[Head]:
-        """Each question's head; raises `TooLong` naming every question whose markers do not fit."""
-        questions = list(questions)
-        heads = [self._head(q, head_max_len, cache) for q in questions]
-        problems = []
-        for q, head in zip(questions, heads):
-            fit = fitting_markers(head, max_len)
-            if fit != head.options:
-                problems.append(problem(
-                    list(loc) + ["questions", q.id],
-                    "question %r: only %d of its %d option markers fit in max_len=%d with "
-                    "head_max_len=%d spent on the question; lower head_max_len, raise max_len, or "
-                    "use fewer options" % (q.id, fit, head.options, max_len, head_max_len),
-                    "value_error.too_long", head.options))
-        if problems:
-            raise TooLong(problems)
-        return heads
-
-    def _head(self, q: Question, head_max_len: int, cache: bool) -> Head:
-        """A question's head, from the token cache when its rendering was laid out before."""
-        if not cache:
-            return build_head(self._tok, q, head_max_len)
-        key = (q.qtype, q.instructions, tuple(render_options(q)), q.order, head_max_len)
-        head = self._heads.get(key)
-        if head is None:
-            head = build_head(self._tok, q, head_max_len)
-            self._heads.put(key, head)
-        return head
-
-    def _state_ids(self, state: State, loc: Sequence[Any]) -> List[int]:
-        """The state's ids, tokenized once for all its questions (mask text blanked)."""
-        try:
-            text = serialize_state(state)
-        except (TypeError, ValueError) as e:
-            raise InvalidArgument([problem(list(loc), "state must be JSON-serializable: %s" % e,
-                                           "type_error.json", state)]) from e
-        return self._tok.encode(text.replace(self._tok.mask_text, " "))
-
-    def _lay_out(self, reqs: Sequence[Request], questions: Sequence[List[Question]],
-                 indexed: bool = False, cache: bool = True) -> List[_Job]:
-        cfg = self._ck.config
+    def lay_out(self, requests: Sequence[RequestLike], cache: bool = True) -> List[Job]:
+        """Validate every request (every problem at once), then lay each out: a state is
+        tokenized once, and requests that share a questions object share its heads."""
+        indexed = len(requests) > 1
+        reqs = [_as_request(r, i if indexed else None) for i, r in enumerate(requests)]
+        questions = validate(reqs, indexed=indexed)
         jobs = []
-        head_cache: Dict[Tuple[int, int], List[Head]] = {}
+        shared: Dict[Tuple[int, int, int], List[Head]] = {}
         for i, (req, qs) in enumerate(zip(reqs, questions)):
             loc = [i] if indexed else []
-            if not qs:
-                jobs.append(_Job([], [], []))
-                continue
-            max_len = cfg.max_len if req.max_len is None else req.max_len
-            head_max_len = cfg.head_max_len if req.head_max_len is None else req.head_max_len
-            # Requests that share a question dict share its heads (predict_batch's case).
-            key = (id(req.questions), head_max_len, max_len)
-            heads = head_cache.get(key)  # type: ignore[arg-type]
+            max_len, head_max_len = self.layouter.budgets(req.max_len, req.head_max_len)
+            key = (id(qs), head_max_len, max_len)
+            heads = shared.get(key)
             if heads is None:
-                heads = self.heads(qs, head_max_len, max_len, loc, cache=cache)
-                head_cache[key] = heads  # type: ignore[index]
-            state_ids = self._state_ids(req.state, loc + ["state"])
-            keep_end = isinstance(req.state, list)
-            rows = [build_row(h, state_ids, max_len, keep_end, self._tok.sep_id) for h in heads]
-            jobs.append(_Job(qs, rows, heads))
+                heads = shared[key] = self.layouter.heads(qs.items, head_max_len, max_len, loc,
+                                                          cache=cache)
+            jobs.append(self.layouter.job(req.state, list(qs.items), heads, max_len, loc))
         return jobs
 
-    def _run(self, rows: Sequence[Row], qtypes: Sequence[int],
-             cache: bool = True) -> Tuple[List[Tuple[np.ndarray, np.ndarray]], int]:
-        """(logits, act) per row, and the number of backend batches it took. Rows found in the
-        answer cache are not run; the rest run in batches that fit the largest bucket, and their
-        outputs are copied out under the lock, because a backend reuses its buffers."""
-        results: List[Optional[Tuple[np.ndarray, np.ndarray]]] = [None] * len(rows)
-        keys: List[bytes] = []
-        todo: List[int] = list(range(len(rows)))
-        if cache and self._answers.capacity:
-            keys = [_row_key(r, qt) for r, qt in zip(rows, qtypes)]
-            todo = []
-            for i, key in enumerate(keys):
-                hit = self._answers.get(key)
-                if hit is None:
-                    todo.append(i)
-                else:
-                    results[i] = (hit[0].copy(), hit[1].copy())
-        batches = split([len(rows[i].ids) for i in todo], self._batch_tokens)
-        for part in batches:
-            index = [todo[j] for j in part]
-            batch = Batch.pack([rows[i].ids for i in index], [rows[i].markers for i in index],
-                               [qtypes[i] for i in index])
-            with self._lock:
-                out = self._backend.run(batch)
-                logits, act = out.logits.copy(), out.act.copy()
-            for r, i in enumerate(index):
-                row_logits = logits[batch.mcu[r]:batch.mcu[r + 1]]
-                results[i] = (row_logits, act[r])
-                if keys:
-                    self._answers.put(keys[i], (_frozen(row_logits), _frozen(act[r])))
-        return [r for r in results if r is not None], len(batches)
+    def rows_for(self, request: RequestLike) -> List[Row]:
+        """The rows a request becomes (ids and markers), for inspection and tests."""
+        return self.lay_out([request])[0].rows
 
-    def _respond(self, job: _Job, outputs: Sequence[Tuple[np.ndarray, np.ndarray]]) -> Response:
+    def _submit(self, jobs: Sequence[Job], cache: bool) -> "Future[Tuple[List[RowOutput], int]]":
+        """Hand the rows to the scheduler (nothing to run: an already finished future)."""
+        rows = [row for job in jobs for row in job.rows]
+        if not rows:
+            done: "Future[Tuple[List[RowOutput], int]]" = Future()
+            done.set_result(([], 0))
+            return done
+        return self.scheduler.submit(rows, [q.type_index for job in jobs for q in job.questions],
+                                     cache)
+
+    def _responses(self, jobs: Sequence[Job], outputs: Sequence[RowOutput]) -> List[Response]:
+        responses = []
+        at = 0
+        for job in jobs:
+            responses.append(self._respond(job, outputs[at:at + len(job.rows)]))
+            at += len(job.rows)
+        return responses
+
+    def _respond(self, job: Job, outputs: Sequence[RowOutput]) -> Response:
         answers = {}
         usage = Usage()
-        for q, row, head, (logits, act) in zip(job.questions, job.rows, job.heads, outputs):
-            answers[q.id] = make_answer(q, logits, act, self.temperatures)
+        for q, row, head, out in zip(job.questions, job.rows, job.heads, outputs):
+            t = self.temperatures.for_question(q.type_index, int(out.logits.shape[0]))
+            answers[q.id] = make_answer(q, out.logits, out.act, t)
             usage.input_tokens += len(row.ids)
             usage.state_tokens = row.state_tokens
             usage.state_tokens_dropped = max(usage.state_tokens_dropped, row.state_tokens_dropped)
@@ -339,26 +228,11 @@ class Kime:
                 usage.options[q.id] = collapsed
         return Response(answers=answers, usage=usage)
 
-    def rows_for(self, request: RequestLike) -> List[Row]:
-        """The rows a request becomes (ids and markers), for inspection and tests."""
-        req = _as_request(request)
-        return self._lay_out([req], self._validated([req]))[0].rows
 
-
-def _row_key(row: Row, qtype: int) -> bytes:
-    """What determines a row's outputs: its ids, its markers and its question type."""
-    h = hashlib.blake2b(digest_size=20)
-    h.update(np.asarray(row.ids, dtype=np.int32).tobytes())
-    h.update(b"|")
-    h.update(np.asarray(row.markers, dtype=np.int32).tobytes())
-    h.update(bytes([qtype]))
-    return h.digest()
-
-
-def _frozen(a: np.ndarray) -> np.ndarray:
-    a = a.copy()
-    a.flags.writeable = False
-    return a
+def _timing(jobs: Sequence[Job], tokenize: float, device: float, batches: int) -> Timing:
+    cut = [r.state_tokens_dropped for job in jobs for r in job.rows]
+    return Timing(tokenize=tokenize, device=device, batches=batches,
+                  truncated=sum(1 for c in cut if c > 0), cut_tokens=sum(cut))
 
 
 def _as_request(r: Any, index: Optional[int] = None) -> Request:
@@ -374,3 +248,6 @@ def _as_request(r: Any, index: Optional[int] = None) -> Request:
     raise InvalidArgument([problem([] if index is None else [index], "a request is a kime.Request "
                                    "or a dict with 'state' and 'questions', got %s"
                                    % type(r).__name__, "type_error.request", r)])
+
+
+__all__ = ["Kime", "Questions", "RequestLike", "Timing"]

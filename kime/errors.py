@@ -105,6 +105,11 @@ class NonFiniteLogits(KimeError, FloatingPointError):
     """The model produced NaN or infinity: never turned into a probability."""
 
 
+class BackendError(KimeError, RuntimeError):
+    """A backend broke its contract (a row left unanswered, outputs of the wrong size) or was
+    used after `close()`. Never a user's mistake: it is raised instead of a wrong answer."""
+
+
 def problem(loc: Sequence[Any], msg: str, type_: str, input_: Any) -> Problem:
     """One problem in FastAPI's format. `input` is made JSON-safe so the 422 body serialises."""
     return {"loc": list(loc), "msg": msg, "type": type_, "input": _json_safe(input_)}

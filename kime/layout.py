@@ -9,9 +9,11 @@ do not fit is an error for the whole call, whatever the state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .render import Question, head_text, render_options
+from .cache import LRU
+from .errors import InvalidArgument, Problem, TooLong, problem
+from .render import Question, State, head_text, render_options, serialize_state
 from .tokenizer import Tokenizer
 
 OPTION_TOKENS = 48
@@ -92,3 +94,82 @@ def build_row(head: Head, state_ids: Sequence[int], max_len: int, keep_end: bool
     ids = (head.ids + list(used) + [sep_id])[:max_len]
     markers = [m for m in head.markers if m < max_len]
     return Row(ids=ids, markers=markers, state_tokens=n, state_tokens_used=len(used))
+
+
+@dataclass
+class Job:
+    """One request, laid out: its questions, and one row and one head per question."""
+
+    questions: List[Question]
+    rows: List[Row]
+    heads: List[Head]
+
+
+class Layouter:
+    """A checkpoint's tokenizer and budgets, with a bounded cache of question heads.
+
+    A head depends only on the question's rendering and `head_max_len`, so the same question
+    asked again (a server's fixed question set) is laid out once; `capacity=0` switches the
+    cache off. Thread-safe: the LRU locks, and a head is immutable.
+    """
+
+    def __init__(self, tok: Tokenizer, max_len: int, head_max_len: int, capacity: int = 1024):
+        self.tok = tok
+        self.max_len = max_len
+        self.head_max_len = head_max_len
+        self.cache: LRU[Head] = LRU(capacity)
+
+    def head(self, q: Question, head_max_len: int, cache: bool = True) -> Head:
+        """A question's head, from the cache when its rendering was laid out before."""
+        if not cache or not self.cache.capacity:
+            return build_head(self.tok, q, head_max_len)
+        key = (q.qtype, q.instructions, tuple(render_options(q)), q.order, head_max_len)
+        head = self.cache.get(key)
+        if head is None:
+            head = build_head(self.tok, q, head_max_len)
+            self.cache.put(key, head)
+        return head
+
+    def heads(self, questions: Sequence[Question], head_max_len: int, max_len: int,
+              loc: Sequence[Any] = (), cache: bool = True) -> List[Head]:
+        """Each question's head; raises `TooLong` naming every question whose markers do not fit
+        (Laya refuses those too, whatever the state)."""
+        heads = [self.head(q, head_max_len, cache) for q in questions]
+        problems: List[Problem] = []
+        for q, head in zip(questions, heads):
+            fit = fitting_markers(head, max_len)
+            if fit != head.options:
+                problems.append(problem(
+                    list(loc) + ["questions", q.id],
+                    "question %r: only %d of its %d option markers fit in max_len=%d with "
+                    "head_max_len=%d spent on the question; lower head_max_len, raise max_len, or "
+                    "use fewer options" % (q.id, fit, head.options, max_len, head_max_len),
+                    "value_error.too_long", head.options))
+        if problems:
+            raise TooLong(problems)
+        return heads
+
+    def state_ids(self, state: State, loc: Sequence[Any] = ("state",)) -> List[int]:
+        """The state's ids, tokenized once for all its questions (mask text blanked)."""
+        try:
+            text = serialize_state(state)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgument([problem(list(loc), "state must be JSON-serializable: %s" % e,
+                                           "type_error.json", state)]) from e
+        return self.tok.encode(text.replace(self.tok.mask_text, " "))
+
+    def budgets(self, max_len: Optional[int], head_max_len: Optional[int]) -> Tuple[int, int]:
+        """A request's (max_len, head_max_len): its own, else the checkpoint's."""
+        return (self.max_len if max_len is None else max_len,
+                self.head_max_len if head_max_len is None else head_max_len)
+
+    def job(self, state: State, questions: List[Question], heads: List[Head], max_len: int,
+            loc: Sequence[Any] = ()) -> Job:
+        """One state against heads already built: a row per question. A conversation (a list
+        state) keeps its end when cut, anything else its start."""
+        if not questions:
+            return Job([], [], [])
+        state_ids = self.state_ids(state, list(loc) + ["state"])
+        keep_end = isinstance(state, list)
+        rows = [build_row(h, state_ids, max_len, keep_end, self.tok.sep_id) for h in heads]
+        return Job(list(questions), rows, heads)

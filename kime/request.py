@@ -8,7 +8,7 @@ Each problem is in FastAPI's 422 format, located at `["questions", qid, field]` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import InvalidArgument, InvalidRequest, Problem, problem
 from .render import QTYPES, NOUL_LABELS_ERROR, Question, State, noul_labels, to_question
@@ -21,10 +21,12 @@ class Request:
     """One state and the questions to answer about it (the `/v1/systemone` wire shape).
 
     `max_len` and `head_max_len` override the checkpoint's token budget for this request.
+    `questions` is the definitions dict, or a `Questions` already validated (many requests that
+    share one set are then validated once, not once each).
     """
 
     state: State
-    questions: Dict[Any, Any] = field(default_factory=dict)
+    questions: Union[Dict[Any, Any], "Questions"] = field(default_factory=dict)
     max_len: Optional[int] = None
     head_max_len: Optional[int] = None
 
@@ -35,24 +37,13 @@ class Request:
             raise InvalidArgument([problem([], "a request must be an object with 'state' and "
                                            "'questions', got %s" % type(data).__name__,
                                            "type_error.dict", data)])
-        problems: List[Problem] = []
-        if "state" not in data or data["state"] is None:
-            problems.append(problem(["state"], "state must not be None; pass a string, dict, or list",
-                                    "missing", data.get("state")))
-        elif not isinstance(data["state"], (str, dict, list)):
-            problems.append(problem(["state"], "state must be a string, dict, or list, got %s"
-                                    % type(data["state"]).__name__, "type_error", data["state"]))
+        problems: List[Problem] = state_problems(data.get("state"), ["state"],
+                                                 present="state" in data and data["state"] is not None,
+                                                 wire=True)
         questions = data.get("questions", {})
-        if not isinstance(questions, dict):
-            problems.append(problem(["questions"], "questions must be a dict of question id -> "
-                                    "definition, got %s" % type(questions).__name__,
-                                    "type_error.dict", questions))
+        problems += questions_arg_problems(questions)
         for key in ("max_len", "head_max_len"):
-            value = data.get(key)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                      or value <= 0):
-                problems.append(problem([key], "%s must be a positive integer, got %r" % (key, value),
-                                        "value_error", value))
+            problems += budget_problems(key, data.get(key), [key])
         unknown = sorted(set(data) - {"state", "questions", "max_len", "head_max_len"}, key=str)
         for key in unknown:
             problems.append(problem([key], "unknown field %r; a request has 'state', 'questions', "
@@ -65,7 +56,8 @@ class Request:
 
     def to_dict(self) -> Dict[str, Any]:
         """The wire format, omitting unset overrides."""
-        out: Dict[str, Any] = {"state": self.state, "questions": self.questions}
+        questions = self.questions.source if isinstance(self.questions, Questions) else self.questions
+        out: Dict[str, Any] = {"state": self.state, "questions": questions}
         if self.max_len is not None:
             out["max_len"] = self.max_len
         if self.head_max_len is not None:
@@ -212,6 +204,54 @@ def check_questions(questions: Dict[Any, Any]) -> Tuple[List[Question], List[Pro
     return [to_question(qid, qdef) for qid, qdef in questions.items()], []
 
 
+@dataclass(frozen=True)
+class Questions:
+    """A questions dict that passed validation, with its normalised questions (in order)."""
+
+    source: Dict[Any, Any]
+    items: Tuple[Question, ...]
+
+
+def questions_arg_problems(questions: Any, loc: Sequence[Any] = ("questions",)) -> List[Problem]:
+    """The rule that `questions` is a dict of question id -> definition."""
+    if isinstance(questions, (dict, Questions)):
+        return []
+    return [problem(list(loc), "questions must be a dict of question id -> definition, got %s"
+                    % type(questions).__name__, "type_error.dict", questions)]
+
+
+def validated_questions(questions: Any, loc: Sequence[Any] = ()) -> Questions:
+    """`questions` checked once, for every request that shares it; raises listing every problem
+    (`InvalidArgument` when it is not a dict at all)."""
+    if isinstance(questions, Questions):
+        return questions
+    raise_if([], questions_arg_problems(questions, list(loc) + ["questions"]))
+    items, problems = check_questions(questions)
+    raise_if([dict(p, loc=list(loc) + p["loc"]) for p in problems])
+    return Questions(source=questions, items=tuple(items))
+
+
+def state_problems(state: Any, loc: Sequence[Any], present: bool = True,
+                   wire: bool = False) -> List[Problem]:
+    """The rule for a state: not None (Laya's wording), and on the wire a string, dict or list
+    (a Python caller's other values are serialised as JSON, as Laya does)."""
+    if state is None or not present:
+        return [problem(list(loc), "state must not be None; pass a string, dict, or list",
+                        "missing" if wire else "type_error.none", None)]
+    if wire and not isinstance(state, (str, dict, list)):
+        return [problem(list(loc), "state must be a string, dict, or list, got %s"
+                        % type(state).__name__, "type_error", state)]
+    return []
+
+
+def budget_problems(key: str, value: Any, loc: Sequence[Any]) -> List[Problem]:
+    """The rule for `max_len` and `head_max_len`: unset, or a positive integer."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return []
+    return [problem(list(loc), "%s must be a positive integer, got %r" % (key, value),
+                    "value_error", value)]
+
+
 def check_states(states: Any) -> List[Problem]:
     """`predict_batch`'s argument checks on `states` (Laya raises `TypeError` for these)."""
     if isinstance(states, (str, bytes, dict)):
@@ -222,15 +262,42 @@ def check_states(states: Any) -> List[Problem]:
     except TypeError:
         return [problem(["states"], "predict_batch expects a list of states, got %s"
                         % type(states).__name__, "type_error.list", states)]
-    return [problem(["states", i], "state must not be None; pass a string, dict, or list",
-                    "type_error.none", None) for i, s in enumerate(items) if s is None]
+    return [p for i, s in enumerate(items) for p in state_problems(s, ["states", i])]
 
 
-def check_questions_arg(questions: Any) -> List[Problem]:
-    if isinstance(questions, dict):
-        return []
-    return [problem(["questions"], "questions must be a dict of question id -> definition, got %s"
-                    % type(questions).__name__, "type_error.dict", questions)]
+def validate(requests: Sequence[Request], indexed: bool = False) -> List[Questions]:
+    """Every request's questions, validated (each distinct questions object once); raises one
+    error listing every problem of every request, located by request index when `indexed`."""
+    out: List[Questions] = []
+    problems: List[Problem] = []
+    arg_problems: List[Problem] = []
+    seen: Dict[int, Questions] = {}
+    for i, req in enumerate(requests):
+        prefix: List[Any] = [i] if indexed else []
+        arg_problems += state_problems(req.state, prefix + ["state"])
+        for key in ("max_len", "head_max_len"):
+            arg_problems += budget_problems(key, getattr(req, key), prefix + [key])
+        found = questions_arg_problems(req.questions, prefix + ["questions"])
+        if found:
+            arg_problems += found
+            out.append(Questions(source={}, items=()))
+            continue
+        qs = seen.get(id(req.questions))
+        if qs is None:
+            if isinstance(req.questions, Questions):
+                qs = req.questions
+            else:
+                items, found = check_questions(req.questions)
+                problems += [dict(p, loc=prefix + p["loc"]) for p in found]
+                qs = Questions(source=req.questions, items=tuple(items))
+            seen[id(req.questions)] = qs
+        elif not qs.items and qs.source:
+            # The same invalid dict in another request: its problems, located there too.
+            _, found = check_questions(req.questions)  # type: ignore[arg-type]
+            problems += [dict(p, loc=prefix + p["loc"]) for p in found]
+        out.append(qs)
+    raise_if(problems, arg_problems)
+    return out
 
 
 def raise_if(problems: Sequence[Problem], arg_problems: Sequence[Problem] = ()) -> None:

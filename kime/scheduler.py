@@ -16,11 +16,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional, Sequence, Tuple
 
-import numpy as np
-
+from .executor import RowOutput
 from .layout import Row
 
-RowOutputs = List[Tuple[np.ndarray, np.ndarray]]
+RowOutputs = List[RowOutput]
 Runner = Callable[[Sequence[Row], Sequence[int], bool], Tuple[RowOutputs, int]]
 
 
@@ -37,7 +36,8 @@ class Work:
 
 
 class Scheduler:
-    """Runs `runner(rows, qtypes, cache)` on its own thread over merged submissions."""
+    """Runs `runner(rows, qtypes, cache)` (the executor's `run`) on its own thread over merged
+    submissions."""
 
     def __init__(self, runner: Runner, budget: int, max_merge: int = 0):
         self._runner = runner

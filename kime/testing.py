@@ -11,7 +11,7 @@ Everything is a function of the shape and the seed: the tokenizer training is de
 given `tokenizers` version, and each tensor comes from its own generator seeded by `(seed, name)`,
 so a tensor's values do not depend on which other tensors a shape has. The weights are scaled so
 that a random model still answers with spread: option logits that differ by O(1) and act
-probabilities away from 0 and 1 (measured against Laya; see `_GAINS`).
+probabilities away from 0 and 1 (measured against Laya; see `_BLOCK_GAINS`).
 
 The shapes cover both tokenizer families (byte-level BPE with `[MASK]`-style specials like
 ModernBERT, Metaspace BPE with byte fallback and `<mask>`-style specials like mmBERT/Gemma), both
@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Tuple, Union
 import numpy as np
 
 from ._corpus import corpus_lines
+from .graph import (DEFAULT_GLOBAL_THETA, DEFAULT_LOCAL_THETA, DEFAULT_NORM_EPS, MAX_POSITIONS,
+                    EncoderSpec, Graph, Role, build)
 
 if TYPE_CHECKING:
     from tokenizers import Tokenizer
@@ -67,10 +69,10 @@ class Shape:
     temperature_by_options: Mapping[str, object]
     global_every: int = 3
     layer_types: Optional[Tuple[str, ...]] = None
-    global_rope_theta: float = 160000.0
-    local_rope_theta: float = 10000.0
-    norm_eps: float = 1e-5
-    max_position_embeddings: int = 8192
+    global_rope_theta: float = DEFAULT_GLOBAL_THETA
+    local_rope_theta: float = DEFAULT_LOCAL_THETA
+    norm_eps: float = DEFAULT_NORM_EPS
+    max_position_embeddings: int = MAX_POSITIONS
     model_max_length: int = 8192
 
     def resolved_layer_types(self) -> List[str]:
@@ -168,78 +170,60 @@ SHAPES: Dict[str, Shape] = {
 # attention is peaked enough for the [MASK] markers (identical tokens) to pick up their own option's
 # text, so option logits spread by O(1), while the residual stream stays well scaled through 28
 # layers. Smaller attention gains leave every marker with the same state and uniform answers.
-_GAINS = {
-    "Wqkv": 1.5,
-    "attn_Wo": 0.8,
-    "Wi": 1.0,
-    "mlp_Wo": 0.6,
-    "in_proj": 1.0,
-    "out_proj": 0.6,
-    "linear1": 1.0,
-    "linear2": 0.6,
-    "scorer": 2.0,
-    "act_head": 1.0,
+# Keyed by the graph's block slots: encoder Wqkv, attn Wo, mlp Wi, mlp Wo; head in_proj,
+# out_proj, linear1, linear2.
+_BLOCK_GAINS: Dict[str, Dict[str, float]] = {
+    "encoder": {"qkv": 1.5, "out": 0.8, "up": 1.0, "down": 0.6},
+    "head": {"qkv": 1.0, "out": 0.6, "up": 1.0, "down": 0.6},
 }
+_SCORER_GAIN = 2.0
+_ACT_HEAD_GAIN = 1.0
+
+
+def graph_of(shape: Shape) -> Graph:
+    """The model graph of a shape's checkpoint: what kime reads back from the files written."""
+    spec = EncoderSpec(
+        hidden=shape.hidden_size, layers=shape.num_hidden_layers,
+        heads=shape.num_attention_heads, intermediate=shape.intermediate_size,
+        vocab=shape.vocab_size, norm_eps=shape.norm_eps, norm_bias=False, attention_bias=False,
+        mlp_bias=False, local_attention=shape.local_attention,
+        global_layers=tuple(t == _FULL for t in shape.resolved_layer_types()),
+        global_theta=shape.global_rope_theta, local_theta=shape.local_rope_theta)
+    return build(spec, head_layers=shape.head_layers, n_act=len(shape.act_costs) + 1,
+                 max_len=shape.max_len)
 
 
 def _tensor_specs(shape: Shape) -> List[Tuple[str, Tuple[int, ...], str, float]]:
     """(name, shape, kind, scale) for every tensor of Laya's `DecisionModel.state_dict()`.
 
     kind is "normal" (N(0, scale^2)), "norm" (1 + scale * N), "bias" (scale * N) or
-    "temperature"; the names and shapes are what torch builds for this config.
+    "temperature"; the names and shapes are the model graph's (`kime.graph`).
     """
-    d, inter = shape.hidden_size, shape.intermediate_size
-    n_act = len(shape.act_costs) + 1
+    graph = graph_of(shape)
+    gains: Dict[str, float] = {}
+    for blocks, table in ((graph.layers, _BLOCK_GAINS["encoder"]),
+                          (graph.head, _BLOCK_GAINS["head"])):
+        for block in blocks:
+            for slot, gain in table.items():
+                gains[getattr(block, slot).weight] = gain
+    for linear in (graph.scorer.hidden, graph.scorer.out):
+        gains[linear.weight] = _SCORER_GAIN
+    for linear in (graph.act.hidden, graph.act.out):
+        gains[linear.weight] = _ACT_HEAD_GAIN
+    norm_weights = {norm.weight for norm in graph.norms()}
 
-    def dense(gain: float, fan_in: int) -> float:
-        return gain / float(np.sqrt(fan_in))
-
-    specs: List[Tuple[str, Tuple[int, ...], str, float]] = [
-        ("encoder.embeddings.tok_embeddings.weight", (shape.vocab_size, d), "normal", 0.5),
-        ("encoder.embeddings.norm.weight", (d,), "norm", 0.1),
-    ]
-    for i in range(shape.num_hidden_layers):
-        p = "encoder.layers.%d." % i
-        if i > 0:
-            specs.append((p + "attn_norm.weight", (d,), "norm", 0.1))
-        specs += [
-            (p + "attn.Wqkv.weight", (3 * d, d), "normal", dense(_GAINS["Wqkv"], d)),
-            (p + "attn.Wo.weight", (d, d), "normal", dense(_GAINS["attn_Wo"], d)),
-            (p + "mlp_norm.weight", (d,), "norm", 0.1),
-            (p + "mlp.Wi.weight", (2 * inter, d), "normal", dense(_GAINS["Wi"], d)),
-            (p + "mlp.Wo.weight", (d, inter), "normal", dense(_GAINS["mlp_Wo"], inter)),
-        ]
-    specs.append(("encoder.final_norm.weight", (d,), "norm", 0.1))
-    specs.append(("type_emb.weight", (3, d), "normal", 0.5))
-    for j in range(shape.head_layers):
-        p = "head.layers.%d." % j
-        specs += [
-            (p + "self_attn.in_proj_weight", (3 * d, d), "normal", dense(_GAINS["in_proj"], d)),
-            (p + "self_attn.in_proj_bias", (3 * d,), "bias", 0.02),
-            (p + "self_attn.out_proj.weight", (d, d), "normal", dense(_GAINS["out_proj"], d)),
-            (p + "self_attn.out_proj.bias", (d,), "bias", 0.02),
-            (p + "linear1.weight", (4 * d, d), "normal", dense(_GAINS["linear1"], d)),
-            (p + "linear1.bias", (4 * d,), "bias", 0.02),
-            (p + "linear2.weight", (d, 4 * d), "normal", dense(_GAINS["linear2"], 4 * d)),
-            (p + "linear2.bias", (d,), "bias", 0.02),
-            (p + "norm1.weight", (d,), "norm", 0.1),
-            (p + "norm1.bias", (d,), "bias", 0.02),
-            (p + "norm2.weight", (d,), "norm", 0.1),
-            (p + "norm2.bias", (d,), "bias", 0.02),
-        ]
-    specs += [
-        ("scorer.0.weight", (d,), "norm", 0.1),
-        ("scorer.0.bias", (d,), "bias", 0.02),
-        ("scorer.1.weight", (d, d), "normal", dense(_GAINS["scorer"], d)),
-        ("scorer.1.bias", (d,), "bias", 0.02),
-        ("scorer.3.weight", (1, d), "normal", dense(_GAINS["scorer"], d)),
-        ("scorer.3.bias", (1,), "bias", 0.02),
-        ("act_head.0.weight", (256, d + 4), "normal", dense(_GAINS["act_head"], d + 4)),
-        ("act_head.0.bias", (256,), "bias", 0.02),
-        ("act_head.2.weight", (n_act, 256), "normal", dense(_GAINS["act_head"], 256)),
-        ("act_head.2.bias", (n_act,), "bias", 0.02),
-        ("temperature", (3,), "temperature", 0.0),
-    ]
+    specs: List[Tuple[str, Tuple[int, ...], str, float]] = []
+    for t in graph.entries():
+        if t.role is Role.EMBEDDING or t.name == graph.type_emb:
+            specs.append((t.name, t.shape, "normal", 0.5))
+        elif t.role is Role.HOST:
+            specs.append((t.name, t.shape, "temperature", 0.0))
+        elif t.name in gains:  # a weight matrix: [n_out, n_in]
+            specs.append((t.name, t.shape, "normal", gains[t.name] / float(np.sqrt(t.shape[1]))))
+        elif t.name in norm_weights:
+            specs.append((t.name, t.shape, "norm", 0.1))
+        else:
+            specs.append((t.name, t.shape, "bias", 0.02))
     return specs
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import kime
 from kime.cache import LRU
+from kime.laya import wire
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?", "criteria": ["billing", "tech"],
@@ -49,7 +50,7 @@ def test_hit_is_the_same_answer_as_a_miss(tiny_path):
     for qid in QUESTIONS:
         assert hit[qid].logits.tobytes() == miss[qid].logits.tobytes()
         assert hit[qid].act.tobytes() == miss[qid].act.tobytes()
-    assert hit.to_dict() == miss.to_dict()
+    assert wire.result(hit) == wire.result(miss)
     # A caller mutating its answer never reaches the cache.
     hit["team"].logits[:] = 0
     assert engine.decide(req)["team"].logits.tobytes() == miss["team"].logits.tobytes()
@@ -63,7 +64,8 @@ def test_switched_off_per_call_and_per_engine(tiny_path):
     req = {"state": "Refund please.", "questions": QUESTIONS}
     first = engine.decide(req, cache=False)
     engine.decide(req, cache=False)
-    assert engine.cache_stats()["answers"]["hits"] == 0 and len(engine._answers) == 0
+    stats = engine.cache_stats()["answers"]
+    assert stats["hits"] == 0 and stats["size"] == 0
     _, timing = engine.decide_batch_timed([req], cache=False)
     assert timing.batches == 1
     off = _engine(tiny_path, answer_cache=0, token_cache=0)

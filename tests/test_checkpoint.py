@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,11 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import kime
-from kime.checkpoint import expected_shapes, load_checkpoint
+from kime.checkpoint import load_checkpoint
+from kime.graph import HEAD_NORM_EPS, Role, rope_half_tables, rope_tables
+from kime.testing import SHAPES, graph_of
+
+from .test_golden import DATA, GOLDENS
 
 
 def _copy(src: Path, dst: Path) -> Path:
@@ -23,7 +28,7 @@ def _copy(src: Path, dst: Path) -> Path:
 def test_writer_output_loads_back(tiny_path):
     ck = load_checkpoint(str(tiny_path))
     on_disk = load_file(str(tiny_path / "model.safetensors"))
-    assert set(on_disk) == set(expected_shapes(ck.encoder, ck.config)) == set(ck.weights)
+    assert set(on_disk) == set(ck.graph.tensors()) == set(ck.weights)
     for name, tensor in on_disk.items():
         assert tensor.dtype == np.float16, name
         assert ck.weights[name].dtype == np.float32
@@ -36,6 +41,43 @@ def test_writer_output_loads_back(tiny_path):
     assert ck.encoder.global_theta == raw["global_rope_theta"]
     assert ck.encoder.local_theta == raw["local_rope_theta"]
     assert ck.tokenizer.mask_text == "[MASK]"
+
+
+def _header(path: Path) -> dict:
+    """name -> shape from a safetensors file's JSON header, read without the library."""
+    with open(path, "rb") as f:
+        (size,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(size))
+    return {name: tuple(info["shape"]) for name, info in header.items() if name != "__metadata__"}
+
+
+@pytest.mark.parametrize("name", sorted(DATA["checkpoints"]))
+def test_graph_is_exactly_the_golden_checkpoints_tensors(name):
+    """The graph kime builds from a checkpoint's configs, and the one the test writer builds
+    from the shape, both name every tensor of the golden file with its shape, and nothing else."""
+    path = GOLDENS / DATA["checkpoints"][name]["path"]
+    on_disk = _header(path / "model.safetensors")
+    assert load_checkpoint(str(path)).graph.tensors() == on_disk
+    graph = graph_of(SHAPES[name])
+    assert graph.tensors() == on_disk
+    assert list(graph.tensors())[0] == graph.embedding and list(graph.tensors())[-1] == "temperature"
+    roles = {t.name: t.role for t in graph.entries()}
+    gemms = {n for n, r in roles.items() if r is Role.GEMM}
+    assert len(gemms) == 4 * (len(graph.layers) + len(graph.head)) + 1  # + the scorer's hidden
+    assert roles[graph.embedding] is Role.EMBEDDING and roles["temperature"] is Role.HOST
+    assert {lin.weight for lin in graph.linears()} >= gemms
+    assert all(b.norm is not None for b in graph.blocks[1:]) and graph.layers[0].norm is None
+    assert all(b.norm.eps == HEAD_NORM_EPS for b in graph.head if b.norm)
+    assert [b.attention.is_global for b in graph.layers] == [
+        t == "full_attention" for t in SHAPES[name].resolved_layer_types()]
+
+
+def test_rope_half_tables_are_the_first_half_of_the_full_ones():
+    full_cos, full_sin = rope_tables(300, 32, 10000.0)
+    cos, sin = rope_half_tables(300, 32, 10000.0)
+    assert cos.tobytes() == np.ascontiguousarray(full_cos[:, :16]).tobytes()
+    assert sin.tobytes() == np.ascontiguousarray(full_sin[:, :16]).tobytes()
+    np.testing.assert_array_equal(full_cos[:, 16:], full_cos[:, :16])
 
 
 def test_multilingual_spelling_and_special_tokens(ml_path):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -20,7 +21,7 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("argv", [[], ["decide"], ["doctor"], ["pull"], ["convert"]])
+@pytest.mark.parametrize("argv", [[], ["decide"], ["doctor"], ["pull"], ["convert"], ["serve"]])
 def test_help_exits_zero(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv + ["--help"])
@@ -32,7 +33,7 @@ def test_top_level_help_lists_commands(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    for command in ("decide", "doctor", "pull", "convert"):
+    for command in ("decide", "doctor", "pull", "convert", "serve"):
         assert command in out
 
 
@@ -208,3 +209,39 @@ def test_bench_runs_a_bench_from_the_checkout(monkeypatch, capsys):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     assert main(["bench"]) == 2
     assert "source checkout" in capsys.readouterr().err
+
+
+def test_serve_flags_come_from_the_settings(capsys, monkeypatch):
+    """`kime serve`'s flags are generated from the settings' one declaration, and what they
+    hold reaches `serve` through the same validation as the environment and the file."""
+    pytest.importorskip("pydantic")
+    import kime.serve
+    from kime.serve.settings import Settings, flag_name, sources
+
+    for name in [k for k in os.environ if k.startswith(("KIME_", "LAYA_"))]:
+        monkeypatch.delenv(name)
+    parser = cli.build_parser()
+    for name, source in sources().items():
+        if source.flag:
+            assert getattr(parser.parse_args(["serve", flag_name(name), "7"]), name) == "7"
+        else:
+            with pytest.raises(SystemExit):
+                parser.parse_args(["serve", flag_name(name), "7"])
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        cli.main(["serve", "--help"])
+    text = capsys.readouterr().out
+    assert "--max-token-budget" in text and "LAYA_MAX_TOKEN_BUDGET" in text
+    assert "--api-keys" not in text
+
+    ran = []
+    monkeypatch.setattr(kime.serve, "serve", ran.append)
+    code, _, err = run(capsys, "serve", "-m", "some-model", "--port", "9005", "--workers", "3",
+                       "--graceful-shutdown", "1.5")
+    assert code == 0, err
+    [settings] = ran
+    assert isinstance(settings, Settings)
+    assert (settings.model, settings.port, settings.workers, settings.graceful_shutdown,
+            settings.precision) == ("some-model", 9005, 3, 1.5, "auto")
+    code, _, err = run(capsys, "serve", "--port", "eighty")
+    assert code == 2 and err == "kime: error: invalid flag value 'eighty' for port\n"

@@ -12,14 +12,16 @@ import numpy as np
 import pytest
 
 import kime
-from kime.batch import Batch
 from kime._cpu import weights as packed
+from kime._cpu.backend import CpuBackend, ReferenceBackend
+from kime.backend import Device, Memory, Precision
+from kime.batch import Batch
+from kime.buckets import BUCKETS, pick_bucket
+from kime.checkpoint import load_checkpoint
+from kime.graph import ACT_HIDDEN
 
 from .test_golden import DATA, GOLDENS
-
-# The compiled kernels reorder float32 sums (blocked GEMM, online softmax) against NumPy.
-PROB_TOL = 1e-5
-LOGIT_TOL = 1e-4
+from .tolerances import FP32, INT8
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?",
@@ -69,8 +71,9 @@ def test_compiled_matches_reference(pair):
         for qid in req["questions"]:
             worst_logit = max(worst_logit, float(np.abs(a[qid].logits - b[qid].logits).max()))
             worst_prob = max(worst_prob, float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
-            assert abs(a[qid].act_probability - b[qid].act_probability) <= PROB_TOL
-    assert worst_logit <= LOGIT_TOL and worst_prob <= PROB_TOL, (worst_logit, worst_prob)
+            assert abs(a[qid].act_probability - b[qid].act_probability) <= FP32.probs.atol
+    assert worst_logit <= FP32.logits.atol and worst_prob <= FP32.probs.atol, \
+        (worst_logit, worst_prob)
 
 
 def test_bits_identical_across_threads_and_batches(pair, tmp_path):
@@ -91,10 +94,11 @@ def test_bits_identical_across_threads_and_batches(pair, tmp_path):
 
 def test_warm_plan_allocates_nothing(pair):
     compiled = pair[0]
-    backend = compiled._backend
+    backend = compiled.backend
     rows = compiled.rows_for({"state": STATE * 4, "questions": QUESTIONS})
     batch = Batch.pack([r.ids for r in rows], [r.markers for r in rows], [0, 1, 2])
-    plan = backend.prepare(batch.tokens)
+    backend.prepare(batch.tokens)
+    plan = backend.plans[pick_bucket(batch.tokens)]
     plan.run(batch)
     tracemalloc.start()
     try:
@@ -125,9 +129,9 @@ def test_packed_cache_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch)
     monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
     path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
     first = _engine(path, threads=1)
-    assert first._backend.weights_from == "packed"
+    assert first.backend.weights_from == "packed"
     second = _engine(path, threads=1)
-    assert second._backend.weights_from == "cache"
+    assert second.backend.weights_from == "cache"
     want = first.decide({"state": STATE, "questions": QUESTIONS})
     got = second.decide({"state": STATE, "questions": QUESTIONS})
     for qid in QUESTIONS:
@@ -139,14 +143,58 @@ def test_packed_cache_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch)
         f.seek(packed.HEADER_ROOM + 100)
         f.write(os.urandom(8192))
     third = _engine(path, threads=1)
-    assert third._backend.weights_from == "packed"
+    assert third.backend.weights_from == "packed"
     again = third.decide({"state": STATE, "questions": QUESTIONS})
     for qid in QUESTIONS:
         assert want[qid].logits.tobytes() == again[qid].logits.tobytes()
     # Truncated: detected too.
     with open(files[0], "r+b") as f:
         f.truncate(packed.HEADER_ROOM + 10)
-    assert _engine(path, threads=1)._backend.weights_from == "packed"
+    assert _engine(path, threads=1).backend.weights_from == "packed"
+
+
+def test_the_backends_state_what_they_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ck = load_checkpoint(str(GOLDENS / DATA["checkpoints"]["tiny"]["path"]))
+    f32 = CpuBackend(ck, 1)
+    assert (f32.device, f32.precision, f32.threads) == (Device("cpu"), Precision.F32, 1)
+    assert f32.max_batch_tokens == BUCKETS[-1] and f32.kernels in f32.describe()
+    assert f32.weights_from == "packed" and f32.weights_file is not None
+    assert Path(f32.weights_file).parent == Path(packed.cache_dir())
+    assert CpuBackend(ck, 1, use_cache=False).weights_file is None
+    int8 = CpuBackend(ck, 1, precision=Precision.INT8)
+    assert int8.precision is Precision.INT8 and int8.spec.int8 and "INT8" in int8.describe()
+    assert int8.weights_file != f32.weights_file
+    with pytest.raises(kime.Unsupported, match="f16"):
+        CpuBackend(ck, 1, precision=Precision.F16)
+    ref = ReferenceBackend(ck, 1)
+    assert (ref.kernels, ref.weights_from, ref.weights_file) == ("numpy", "checkpoint", None)
+    assert ref.max_batch_tokens == BUCKETS[-1]
+
+
+def test_the_compiled_act_head_is_the_graphs():
+    from kime._cpu import _forward
+
+    assert _forward.ACT_HIDDEN == ACT_HIDDEN
+
+
+@pytest.mark.parametrize("kind", ["compiled", "reference"])
+def test_close_frees_weights_and_plans(kind):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ck = load_checkpoint(str(GOLDENS / DATA["checkpoints"]["tiny"]["path"]))
+    backend = CpuBackend(ck, 1, use_cache=False) if kind == "compiled" else ReferenceBackend(ck, 1)
+    batch = Batch.pack([[1, 7, 9, 2, 4]], [[1, 3]], [0])
+    backend.prepare(batch.tokens)
+    backend.run(batch)
+    assert backend.memory().weights > 0
+    backend.close()
+    assert backend.memory() == Memory(weights=0, plans=0)
+    with pytest.raises(kime.BackendError, match="closed"):
+        backend.run(batch)
+    backend.close()  # closing twice is fine
 
 
 def test_cache_key_follows_the_checkpoint(tmp_path, tiny_path):
@@ -189,7 +237,7 @@ def test_every_isa_path_matches_the_reference(isa, tmp_path):
     for req, got in zip(reqs, answers):
         want = reference.decide(req)
         for qid, logits in got.items():
-            np.testing.assert_allclose(logits, want[qid].logits, rtol=0, atol=LOGIT_TOL)
+            np.testing.assert_allclose(logits, want[qid].logits, **FP32.logits.kw)
 
 
 def test_golden_rows_compiled_against_reference(pair):
@@ -207,11 +255,11 @@ def test_golden_rows_compiled_against_reference(pair):
         if not rows:
             continue
         qtypes = [kime.render.QTYPES[qt] for _, qt in rows]
-        got, _ = compiled._run([r for r, _ in rows], qtypes, cache=False)
-        want, _ = reference._run([r for r, _ in rows], qtypes, cache=False)
+        got = compiled.run_rows([r for r, _ in rows], qtypes, cache=False)
+        want = reference.run_rows([r for r, _ in rows], qtypes, cache=False)
         for (gl, ga), (wl, wa) in zip(got, want):
-            np.testing.assert_allclose(gl, wl, rtol=0, atol=LOGIT_TOL, err_msg=case["id"])
-            np.testing.assert_allclose(ga, wa, rtol=0, atol=PROB_TOL, err_msg=case["id"])
+            np.testing.assert_allclose(gl, wl, **FP32.logits.kw, err_msg=case["id"])
+            np.testing.assert_allclose(ga, wa, **FP32.probs.kw, err_msg=case["id"])
 
 
 def test_int8_is_close_to_fp32_and_deterministic(tmp_path, monkeypatch):
@@ -232,7 +280,8 @@ def test_int8_is_close_to_fp32_and_deterministic(tmp_path, monkeypatch):
             agree += int(np.argmax(a[qid].probabilities) == np.argmax(b[qid].probabilities))
             worst = max(worst, float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
             assert a[qid].logits.tobytes() != b[qid].logits.tobytes()  # it really is INT8
-    assert agree / total >= 0.85 and worst <= 0.15, (agree, total, worst)
+    assert agree / total >= INT8.argmax_agreement and worst <= INT8.probs.atol, \
+        (agree, total, worst)
     one = _engine(path, threads=1, precision="int8")
     together = int8.decide_batch(reqs[::-1], cache=False)[::-1]
     for req, got in zip(reqs, together):

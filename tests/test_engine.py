@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kime
+from kime.laya import wire
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?",
@@ -23,20 +24,20 @@ STATE = "My invoice is wrong and I was charged twice for the same order."
 def test_decide_matches_predict_and_keeps_unrounded_values(engine, agent):
     response = engine.decide({"state": STATE, "questions": QUESTIONS})
     assert list(response.answers) == ["team", "urgency", 7, "ordered"]
-    assert response.to_dict() == agent.predict(STATE, QUESTIONS)
+    assert wire.result(response) == agent.predict(STATE, QUESTIONS)
     team = response.answers["team"]
     assert team.logits.dtype == np.float32 and team.logits.shape == (3,)
     assert abs(float(team.probabilities.sum()) - 1.0) < 1e-6
     assert 0.0 <= team.act_probability <= 1.0
     # An int label stays an int, in the answer and the probabilities.
-    ordered = response.to_dict()["answers"]["ordered"]
+    ordered = wire.result(response)["answers"]["ordered"]
     assert isinstance(ordered["choice"], int) and list(ordered["probabilities"]) == [3, 1, 2]
 
 
 def test_request_object_and_dict_agree(engine):
     a = engine.decide(kime.Request(state=STATE * 3, questions=QUESTIONS, max_len=64))
     b = engine.decide({"state": STATE * 3, "questions": QUESTIONS, "max_len": 64})
-    assert a.to_dict() == b.to_dict()
+    assert wire.result(a) == wire.result(b)
     assert a.usage.truncated and a.usage.state_tokens_dropped > 0
 
 
@@ -48,7 +49,7 @@ def test_option_order_is_undone_in_logits_and_probabilities(engine):
     rows_ordered = engine.rows_for({"state": STATE, "questions": ordered})
     assert rows_plain[0].ids != rows_ordered[0].ids
     answer = engine.decide({"state": STATE, "questions": ordered}).answers["q"]
-    slot_logits = engine._run(rows_ordered, [0], cache=False)[0][0][0]
+    slot_logits = engine.run_rows(rows_ordered, [0], cache=False)[0].logits
     # The logit in slot s belongs to option order[s].
     np.testing.assert_array_equal(answer.logits[[2, 0, 1]], slot_logits)
     assert answer.value == ["a", "b", "c"][int(np.argmax(answer.probabilities))]
@@ -83,15 +84,15 @@ def test_timed_and_async(engine):
     assert timing.batches >= 1 and timing.tokenize >= 0 and timing.device > 0
     assert timing.truncated == sum(len(r.usage.truncated_questions) for r in responses) > 0
     result = asyncio.run(engine.decide_async(reqs[0]))
-    assert result.to_dict() == responses[0].to_dict()
+    assert wire.result(result) == wire.result(responses[0])
 
 
 def test_count_tokens_memory_and_facts(engine):
     req = {"state": STATE, "questions": QUESTIONS}
     rows = engine.rows_for(req)
     n_state = rows[0].state_tokens
-    heads = engine.heads([kime.request.to_question(q, d) for q, d in QUESTIONS.items()],
-                         engine.checkpoint.config.head_max_len, engine.max_row_tokens)
+    heads = engine.layouter.heads([kime.request.to_question(q, d) for q, d in QUESTIONS.items()],
+                                  engine.checkpoint.config.head_max_len, engine.max_row_tokens)
     assert engine.count_tokens(req) == n_state + sum(len(h.ids) for h in heads)
     engine.decide(req)
     mem = engine.memory()
@@ -114,16 +115,45 @@ def test_bad_options_are_value_errors(tiny_path, kw):
         kime.Kime(str(tiny_path), **kw)
 
 
-def test_f16_and_f32_compute_the_same_on_the_cpu(tiny_path):
+def test_auto_is_f32_on_the_cpu_and_f16_is_refused_there(tiny_path):
+    """The CPU has no FP16 kernels: `auto` means FP32 there, and an explicit `f16` is refused
+    with a message naming the precision, instead of quietly running FP32."""
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        a = kime.Kime(str(tiny_path), device="cpu", precision="f16", threads=1).decide(
-            {"state": STATE, "questions": QUESTIONS})
-        b = kime.Kime(str(tiny_path), device="cpu", precision="f32", threads=2).decide(
-            {"state": STATE, "questions": QUESTIONS})
+        auto = kime.Kime(str(tiny_path), device="cpu", threads=1)
+        f32 = kime.Kime(str(tiny_path), device="cpu", precision="f32", threads=2)
+        with pytest.raises(kime.Unsupported, match="precision='f16'"):
+            kime.Kime(str(tiny_path), device="cpu", precision="f16")
+    assert auto.backend.precision is kime.Precision.F32
+    a = auto.decide({"state": STATE, "questions": QUESTIONS})
+    b = f32.decide({"state": STATE, "questions": QUESTIONS})
     for qid in QUESTIONS:
         np.testing.assert_array_equal(a.answers[qid].logits, b.answers[qid].logits)
+
+
+def test_device_and_precision_parse_once_into_typed_values():
+    assert kime.Device.parse("CUDA:3") == kime.Device("cuda", 3)
+    assert str(kime.Device.parse(None)) == "auto" and str(kime.Device.parse("cpu")) == "cpu"
+    assert kime.Precision.parse("FP32") is kime.Precision.F32
+    assert kime.Precision.parse(None) is kime.Precision.AUTO
+    assert kime.Precision.AUTO.on(kime.Device("cuda")) is kime.Precision.F16
+    assert kime.Precision.AUTO.on(kime.Device("cpu")) is kime.Precision.F32
+    with pytest.raises(kime.Unsupported, match="int8"):
+        kime.Precision.INT8.on(kime.Device("cuda", 1))
+    with pytest.raises(kime.BadOption):
+        kime.Device.parse("cuda:x")
+
+
+def test_a_closed_engine_frees_its_model_and_says_so(tiny_path):
+    engine = kime.Kime(str(tiny_path), device="cpu", threads=1)
+    engine.decide({"state": STATE, "questions": QUESTIONS})
+    assert engine.memory().weights > 0
+    engine.close()
+    engine.close()  # twice is fine
+    assert engine.memory() == kime.Memory(weights=0, plans=0)
+    with pytest.raises(kime.BackendError, match="closed"):
+        engine.decide({"state": STATE, "questions": QUESTIONS}, cache=False)
 
 
 def test_checkpoint_temperatures_warn_at_load(tiny_path):

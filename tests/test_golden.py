@@ -18,7 +18,7 @@ import pytest
 import kime
 from kime.request import Request
 
-from .tolerances import ACT, LOGITS, ROUNDED
+from .tolerances import FP32, LAYA
 
 GOLDENS = Path(__file__).parent / "goldens"
 
@@ -73,7 +73,7 @@ def _assert_same(ours: Any, theirs: Any, path: str = "") -> None:
             _assert_same(a, b, "%s[%d]" % (path, i))
     elif isinstance(theirs, float):
         assert type(ours) is float, "%s: %r is not a float" % (path, ours)
-        assert abs(ours - theirs) <= ROUNDED, "%s: %r != %r" % (path, ours, theirs)
+        assert abs(ours - theirs) <= LAYA.rounded.atol, "%s: %r != %r" % (path, ours, theirs)
     else:
         assert type(ours) is type(theirs) and ours == theirs, "%s: %r != %r" % (path, ours, theirs)
 
@@ -116,8 +116,8 @@ def test_case(agents, case):
         assert row.markers == want["markers"]
         assert kime.render.QTYPES[qtype] == want["qtype"]
     if rows:
-        outputs, _ = agent.engine._run([r for r, _ in rows],
-                                       [kime.render.QTYPES[qt] for _, qt in rows], cache=False)
+        outputs = agent.engine.run_rows([r for r, _ in rows],
+                                        [kime.render.QTYPES[qt] for _, qt in rows], cache=False)
         for (logits, act), want in zip(outputs, case["rows"]):
-            np.testing.assert_allclose(logits, want["logits"], rtol=0, atol=LOGITS)
-            np.testing.assert_allclose(act, want["act"], rtol=0, atol=ACT)
+            np.testing.assert_allclose(logits, want["logits"], **FP32.logits.kw)
+            np.testing.assert_allclose(act, want["act"], **FP32.probs.kw)

@@ -1,17 +1,23 @@
 """The scheduler: a lone submission runs at once, queued ones merge up to the budget, an
 oversized one runs alone, a cancelled one never reaches the device, and every caller of a
-merged batch gets the answers it would get alone."""
+merged batch gets the answers it would get alone.
+
+No test sleeps and hopes: a batch that others must queue behind is held on an event or on a
+polled condition (the scheduler's depth), with a deadline, so the tests mean the same on a slow
+or busy machine."""
 from __future__ import annotations
 
 import asyncio
 import threading
 import time
 import warnings
+from typing import Callable, List
 
 import numpy as np
 import pytest
 
 import kime
+from kime.batch import Batch
 from kime.layout import Row
 from kime.scheduler import Scheduler
 
@@ -94,53 +100,82 @@ def test_runner_errors_reach_every_caller_of_the_batch():
     s.close()
 
 
-@pytest.fixture()
-def slow_engine(tiny_path):
-    """An engine whose backend takes a little while, so concurrent callers queue and merge."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        engine = kime.Kime(str(tiny_path), threads=1)
-    run = engine._backend.run
-
-    def slow(batch):
-        time.sleep(0.02)
-        return run(batch)
-
-    engine._backend.run = slow
-    yield engine
-    engine.close()
-
-
 QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?",
                       "criteria": ["billing", "tech", "sales"]},
              "spam": {"type": "noul", "instructions": "Is it spam?"}}
 
 
-def test_threads_merge_and_each_gets_its_answers_alone(slow_engine):
+def shared_or_queued(engine: kime.Kime, queued: int) -> Callable[[Batch], bool]:
+    """A hold that ends once callers have merged: the held batch already carries more than one
+    caller's rows, or `queued` submissions wait behind it (they then share the next batch)."""
+    rows_per_call = len(QUESTIONS)
+    return lambda batch: batch.rows > rows_per_call or engine.scheduler.depth() >= queued
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Poll `condition` until it holds or `timeout` seconds pass; whether it held."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+@pytest.fixture()
+def held_engine(tiny_path, monkeypatch):
+    """A CPU engine and its list of holds: while the list is not empty, the backend's next batch
+    first waits until the list's first condition holds for it, so callers queue behind that
+    batch however fast the machine is. The public backend's `run` is wrapped; nothing private."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        engine = kime.Kime(str(tiny_path), device="cpu", threads=1)
+    run = engine.backend.run
+    holds: List[Callable[[Batch], bool]] = []
+
+    def held_run(batch: Batch):
+        if holds:
+            hold = holds.pop(0)
+            assert wait_until(lambda: hold(batch)), "no callers shared or queued behind the batch"
+        return run(batch)
+
+    monkeypatch.setattr(engine.backend, "run", held_run)
+    yield engine, holds
+    engine.close()
+
+
+def test_threads_merge_and_each_gets_its_answers_alone(held_engine):
+    engine, holds = held_engine
     states = ["ticket %d: " % i + "charged twice " * (i % 7 + 1) for i in range(24)]
-    alone = [slow_engine.decide({"state": s, "questions": QUESTIONS}, cache=False) for s in states]
+    alone = [engine.decide({"state": s, "questions": QUESTIONS}, cache=False) for s in states]
     results = [None] * len(states)
 
     def call(i):
-        results[i] = slow_engine.decide({"state": states[i], "questions": QUESTIONS}, cache=False)
+        results[i] = engine.decide({"state": states[i], "questions": QUESTIONS}, cache=False)
 
-    before = slow_engine.scheduler.merged
+    before = engine.scheduler.merged
+    holds.append(shared_or_queued(engine, queued=2))
     threads = [threading.Thread(target=call, args=(i,)) for i in range(len(states))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    assert slow_engine.scheduler.merged > before  # callers shared batches
+    assert not holds and all(r is not None for r in results)
+    assert engine.scheduler.merged > before  # callers shared batches
     for got, want in zip(results, alone):
         for qid in QUESTIONS:
             assert got[qid].logits.tobytes() == want[qid].logits.tobytes()
 
 
-def test_async_callers_merge_and_a_cancelled_task_is_dropped(slow_engine):
+def test_async_callers_merge_and_a_cancelled_task_is_dropped(held_engine):
+    engine, holds = held_engine
+    before = engine.scheduler.merged
+    holds.append(shared_or_queued(engine, queued=3))  # three: one may be the cancelled caller
+
     async def main():
         reqs = [{"state": "async %d" % i, "questions": QUESTIONS} for i in range(8)]
-        tasks = [asyncio.create_task(slow_engine.decide_async(r, cache=False)) for r in reqs]
-        victim = asyncio.create_task(slow_engine.decide_async(
+        tasks = [asyncio.create_task(engine.decide_async(r, cache=False)) for r in reqs]
+        victim = asyncio.create_task(engine.decide_async(
             {"state": "nobody waits for me " * 5, "questions": QUESTIONS}, cache=False))
         await asyncio.sleep(0)
         victim.cancel()
@@ -150,7 +185,8 @@ def test_async_callers_merge_and_a_cancelled_task_is_dropped(slow_engine):
         return reqs, done
 
     reqs, done = asyncio.run(main())
+    assert not holds and engine.scheduler.merged > before
     for req, got in zip(reqs, done):
-        want = slow_engine.decide(req, cache=False)
+        want = engine.decide(req, cache=False)
         for qid in QUESTIONS:
             np.testing.assert_array_equal(got[qid].logits, want[qid].logits)

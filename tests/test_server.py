@@ -18,14 +18,19 @@ import pytest
 
 try:
     import fastapi  # noqa: F401
+    import prometheus_client  # noqa: F401
+    import pydantic  # noqa: F401
     import uvicorn  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    print("skipping tests/test_server.py: kime serve needs fastapi and uvicorn (%s)" % e)
-    pytest.skip("kime serve needs fastapi and uvicorn (pip install 'kime[serve]'): %s" % e,
-                allow_module_level=True)
+    print("skipping tests/test_server.py: kime serve needs its extra (%s)" % e)
+    pytest.skip("kime serve needs fastapi, uvicorn, pydantic and prometheus_client (pip install "
+                "'kime[serve]'): %s" % e, allow_module_level=True)
+
+from prometheus_client.parser import text_string_to_metric_families
 
 import kime
-from kime.server import load_settings, with_jev_confidence
+from kime.laya.confidence import with_jev_confidence
+from kime.serve import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = str(ROOT / "tests" / "goldens" / "checkpoints" / "tiny")
@@ -46,30 +51,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    def __init__(self, tmp: Path, *extra: str, env: dict = None):
-        self.port = _free_port()
-        key_file = tmp / "keys"
-        key_file.write_text("# keys\n%s\n\n%s\n" % tuple(KEYS))
-        environ = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("KIME_", "LAYA_"))}
-        environ.update(env or {})
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "kime.cli", "serve", "--model", TINY, "--host", "127.0.0.1",
-             "--port", str(self.port), "--api-key-file", str(key_file), "--threads", "2",
-             "--log-level", "warning", *extra],
-            cwd=str(ROOT), env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("server exited: %s" % self.proc.stdout.read().decode())
-            try:
-                if self.get("/health")[0] == 200:
-                    return
-            except OSError:
-                time.sleep(0.1)
-        self.stop()
-        raise RuntimeError("server did not come up")
+def _deadline(what: str, ready, timeout: float = 30.0, every: float = 0.02):
+    """Poll `ready()` until it is true; fail naming `what` after `timeout` seconds."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if ready():
+            return
+        time.sleep(every)
+    raise AssertionError("timed out waiting for " + what)
+
+
+class Client:
+    """HTTP calls to a server on 127.0.0.1:`port`."""
+
+    port: int
 
     def url(self, path: str) -> str:
         return "http://127.0.0.1:%d%s" % (self.port, path)
@@ -95,6 +90,45 @@ class Server:
         status, data, headers = self.request("POST", path, body, **kw)
         return status, json.loads(data) if data else None, headers
 
+    def metrics(self) -> dict:
+        """`/metrics` through prometheus_client's parser: {(sample name, labels): value}."""
+        status, data, headers = self.get("/metrics")
+        assert status == 200 and headers["content-type"].startswith("text/plain")
+        return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+                for family in text_string_to_metric_families(data.decode())
+                for sample in family.samples}
+
+    def metric(self, name: str, **labels: str) -> float:
+        return self.metrics()[(name, tuple(sorted(labels.items())))]
+
+
+class Server(Client):
+    """`kime serve` in a subprocess, as a user runs it."""
+
+    def __init__(self, tmp: Path, *extra: str, env: dict = None):
+        self.port = _free_port()
+        key_file = tmp / "keys"
+        key_file.write_text("# keys\n%s\n\n%s\n" % tuple(KEYS))
+        environ = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("KIME_", "LAYA_"))}
+        environ.update(env or {})
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kime.cli", "serve", "--model", TINY, "--host", "127.0.0.1",
+             "--port", str(self.port), "--api-key-file", str(key_file), "--threads", "2",
+             "--device", "cpu", "--log-level", "warning", *extra],
+            cwd=str(ROOT), env=environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError("server exited: %s" % self.proc.stdout.read().decode())
+            try:
+                if self.get("/health")[0] == 200:
+                    return
+            except OSError:
+                time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("server did not come up")
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -103,6 +137,48 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+
+
+class InProcessServer(Client):
+    """uvicorn on a thread over an engine the test holds, so the test can watch the engine's
+    scheduler and hold its backend."""
+
+    def __init__(self, engine, **settings):
+        import uvicorn
+
+        from kime.serve import Settings, create_app
+
+        self.port = _free_port()
+        app = create_app(engine, Settings(model=TINY, api_keys=KEYS, **settings))
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
+                                                    log_level="warning"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        _deadline("the in-process server to start", lambda: self.server.started)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+
+
+class HeldBackend:
+    """Wraps a backend's `run`: `entered` is set when a batch reaches the device, and the batch
+    stays there until `release()`."""
+
+    def __init__(self, backend):
+        self.entered = threading.Event()
+        self._released = threading.Event()
+        self._run = backend.run
+        backend.run = self
+
+    def __call__(self, batch):
+        self.entered.set()
+        if not self._released.wait(120):
+            raise RuntimeError("the held batch was never released")
+        return self._run(batch)
+
+    def release(self) -> None:
+        self._released.set()
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +190,7 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def agent():
-    return kime.load(TINY, threads=2)
+    return kime.load(TINY, device="cpu", threads=2)
 
 
 def _expected(agent, state, questions=QUESTIONS, **kw):
@@ -276,30 +352,108 @@ def test_unknown_model_is_refused_and_a_jev_id_is_not(server, agent):
 
 
 def test_metrics_parse(server):
-    status, data, headers = server.get("/metrics")
-    assert status == 200 and headers["content-type"].startswith("text/plain")
-    samples = {}
-    for line in data.decode().splitlines():
-        if not line or line.startswith("#"):
-            assert not line or line.startswith(("# HELP ", "# TYPE "))
-            continue
-        name, value = line.rsplit(" ", 1)
-        samples[name] = float(value)
-    assert samples['kime_http_requests_total{method="POST",path="/v1/systemone",status="200"}'] >= 1
-    assert 'kime_cache_hit_ratio{cache="answers"}' in samples
-    assert samples["kime_scheduler_batches_total"] >= 1
-    assert samples['kime_memory_bytes{kind="weights"}'] > 0
-    assert 'kime_http_request_duration_seconds_bucket{path="/v1/systemone",le="+Inf"}' in samples
-    assert "kime_truncated_questions_total" in samples
+    samples = server.metrics()  # every line parses with prometheus_client's own parser
+
+    def value(name, **labels):
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("kime_http_requests_total", method="POST", path="/v1/systemone",
+                 status="200") >= 1
+    assert value("kime_http_request_duration_seconds_bucket", path="/v1/systemone",
+                 le="+Inf") >= 1
+    assert value("kime_states_answered_total") >= 1
+    assert value("kime_truncated_questions_total") >= 0
+    # the engine's figures, read at the scrape by the collector
+    assert value("kime_scheduler_runs_total") >= 1
+    assert value("kime_scheduler_batches_total") >= 1
+    assert value("kime_scheduler_rows_total") >= value("kime_scheduler_runs_total")
+    assert value("kime_queue_depth") >= 0
+    for cache in ("answers", "tokens"):
+        assert 0.0 <= value("kime_cache_hit_ratio", cache=cache) <= 1.0
+        assert value("kime_cache_hits_total", cache=cache) >= 0
+        assert value("kime_cache_size", cache=cache) >= 0
+    assert value("kime_memory_bytes", kind="weights") > 0
+    _, data, _ = server.get("/metrics")
+    types = {f.name: f.type for f in text_string_to_metric_families(data.decode())}
+    assert types["kime_scheduler_runs"] == types["kime_cache_hits"] == "counter"
+    assert types["kime_queue_depth"] == types["kime_cache_hit_ratio"] == "gauge"
+    assert types["kime_http_request_duration_seconds"] == "histogram"
+
+
+@pytest.fixture(scope="module")
+def app_client():
+    """The app in process (fastapi's TestClient), over an engine on the CPU."""
+    pytest.importorskip("httpx", reason="fastapi's TestClient needs httpx")
+    from fastapi.testclient import TestClient
+
+    from kime.serve import Settings, create_app
+
+    engine = kime.Kime(TINY, device="cpu", threads=1)
+    with TestClient(create_app(engine, Settings(model=TINY, api_keys=KEYS))) as client:
+        yield client
+
+
+ROUTES = {"/v1/systemone": {"state": "x", "questions": QUESTIONS},
+          "/v1/systemone/batch": {"states": ["x"], "questions": QUESTIONS}}
+
+
+def _both(client, change=None, raw=None, key=KEYS[0]):
+    """The same change to a good body, sent to both POST routes: [(status, json), ...]."""
+    out = []
+    for path, good in ROUTES.items():
+        headers = {"authorization": "Bearer " + key} if key else {}
+        if raw is not None:
+            r = client.post(path, content=raw, headers=dict(headers, **{
+                "content-type": "application/json"}))
+        else:
+            r = client.post(path, json=dict(good, **(change or {})), headers=headers)
+        assert r.headers["x-request-id"]
+        out.append((r.status_code, r.json()))
+    return out
+
+
+def test_both_post_routes_share_the_pipeline(app_client):
+    """Auth, the body, laya serve's checks and the request's rules answer the same on both."""
+    def same(change=None, **kw):
+        single, batch = _both(app_client, change, **kw)
+        assert single == batch
+        return single
+
+    assert same(key=None) == (401, {"detail": "invalid or missing bearer token"})
+    assert same(key="wrong")[0] == 401
+    assert same(raw=b" " * (2 * 1024 * 1024 + 1)) == (413, {"detail": "request body too large"})
+    assert same(raw=b"{nope") == (400, {"detail": "request body must be valid JSON"})
+    assert same(raw='{"state": "\\ud800", "states": ["\\ud800"], "questions": {}}'.encode()) \
+        == (400, {"detail": "request body contains an unpaired surrogate escape; those cannot "
+                            "be encoded as UTF-8"})
+    status, body = same({"hooks": ["x"]})
+    assert status == 422 and body["detail"].startswith("hooks run inside the server process")
+    assert same({"max_len": "7"}) == (422, {"detail": "max_len must be an integer"})
+    assert same({"head_max_len": 10 ** 6}) == (
+        422, {"detail": "head_max_len exceeds server limit (1000000 > 8192)"})
+    status, body = same({"max_len": 0})  # the request's rule, from kime.request
+    assert status == 422 and "max_len must be a positive integer" in body["detail"]
+    assert body["problems"][0]["loc"] == ["max_len"]
+    status, body = same({"model": "laya-multilingual"})
+    assert status == 422 and "unknown model 'laya-multilingual'" in body["detail"]
+    status, body = same({"min_confidence": 0.5})
+    assert status == 422 and body["detail"].startswith("min_confidence is not supported")
+    many = {"q%d" % i: QUESTIONS["refund"] for i in range(65)}
+    assert same({"questions": many}) == (413, {"detail": "too many questions (65 > 64)"})
+    status, body = same({"questions": {"a": {"type": "score", "instructions": "?",
+                                             "criteria": ["low", None]}}})
+    assert status == 422 and "score level 1 is null" in body["detail"] and body["problems"]
+    (s1, single), (s2, batch) = _both(app_client)
+    assert s1 == s2 == 200 and batch["results"] == [single]
 
 
 def test_busy_503_with_retry_after():
     pytest.importorskip("httpx", reason="fastapi's TestClient needs httpx")
     from fastapi.testclient import TestClient
 
-    from kime.server import Settings, create_app
+    from kime.serve import Settings, create_app
 
-    engine = kime.Kime(TINY, threads=1)
+    engine = kime.Kime(TINY, device="cpu", threads=1)
     engine.scheduler.depth = lambda: 3  # type: ignore[method-assign]  # a queue past the bound
     app = create_app(engine, Settings(model=TINY, max_queue=3))
     with TestClient(app) as client:
@@ -308,9 +462,18 @@ def test_busy_503_with_retry_after():
         assert r.json() == {"detail": "server busy, try again later"} and r.headers["x-request-id"]
         r = client.get("/ready")
         assert r.status_code == 503 and r.json()["queue_depth"] == 3
+        assert "kime_rejected_busy_total 1.0" in client.get("/metrics").text
         engine.scheduler.depth = lambda: 2  # type: ignore[method-assign]
         assert client.post("/v1/systemone", json={"state": "x", "questions": QUESTIONS}).status_code == 200
         assert client.get("/ready").status_code == 200
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return True
+    return False
 
 
 def test_graceful_shutdown_finishes_request_in_flight(tmp_path, agent):
@@ -322,9 +485,10 @@ def test_graceful_shutdown_finishes_request_in_flight(tmp_path, agent):
     try:
         with socket.create_connection(("127.0.0.1", srv.port), timeout=20) as sock:
             sock.sendall(head + body[:10])       # the request is in flight: half its body sent
-            time.sleep(0.3)
+            _deadline("the request to reach the app", lambda: srv.metric(
+                "kime_http_requests_in_progress", path="/v1/systemone") >= 1)
             srv.proc.send_signal(signal.SIGTERM)
-            time.sleep(0.5)
+            _deadline("the server to stop listening", lambda: _refused(srv.port))
             assert srv.proc.poll() is None       # still finishing the request
             sock.sendall(body[10:])
             data = b""
@@ -363,37 +527,73 @@ def test_settings_precedence(tmp_path):
         load_settings({}, environ={"KIME_MAX_MERGE": "-1"})
 
 
-def _metric(server, name: str) -> float:
-    _, data, _ = server.get("/metrics")
-    for line in data.decode().splitlines():
-        if line.startswith(name + " ") or line.startswith(name + "{"):
-            return float(line.rsplit(" ", 1)[1])
-    raise AssertionError("no metric %s" % name)
+def test_settings_lists_and_sources(tmp_path):
+    """A list-valued setting stays a list from every source, and each source's value is typed."""
+    from kime.serve import ConfigError, Settings
+    from kime.serve.settings import sources
+
+    keys = tmp_path / "keys"
+    keys.write_text("# comment\nfrom-file\n\n")
+    cfg = tmp_path / "kime.toml"
+    cfg.write_text('api_key = "single"\nworkers = 4\nbody_read_timeout = 2.5\n')
+    s = load_settings({"api_key_file": str(keys)}, config=str(cfg),
+                      environ={"KIME_API_KEY": " from-env ", "LAYA_API_KEY": "laya-env"})
+    assert s.api_keys == ["single", "from-file", "from-env", "laya-env"]  # not ["s", "i", ...]
+    assert (s.workers, s.body_read_timeout) == (4, 2.5)
+    cfg.write_text('[serve]\napi_keys = ["a", "b"]\n')
+    assert load_settings({}, config=str(cfg), environ={}).api_keys == ["a", "b"]
+    assert Settings(api_keys="one").api_keys == ["one"]
+    cfg.write_text('[serve]\nbogus = 1\nport = 1\n')
+    with pytest.raises(ConfigError, match="unknown setting.*bogus"):
+        load_settings({}, config=str(cfg), environ={})
+    cfg.write_text('[serve]\nport = true\n')
+    with pytest.raises(ConfigError, match=r"^invalid config value True for port$"):
+        load_settings({}, config=str(cfg), environ={})
+    with pytest.raises(ConfigError, match=r"^invalid environment variable KIME_WORKERS '0' for "
+                       r"workers$"):
+        load_settings({}, environ={"KIME_WORKERS": "0"})
+    with pytest.raises(ConfigError, match=r"^invalid flag value 'soon' for graceful_shutdown$"):
+        load_settings({"graceful_shutdown": "soon"}, environ={})
+    s = load_settings({"max_token_budget": "4096"}, environ={"KIME_MAX_TOKEN_BUDGET": "1",
+                                                             "LAYA_BODY_READ_TIMEOUT": "3"})
+    assert (s.max_token_budget, s.body_read_timeout, s.precision) == (4096, 3.0, "auto")
+    # every setting has one declaration, and the environment names come from it
+    declared = sources()
+    assert declared["port"].env == ("KIME_PORT", "LAYA_PORT") and not declared["api_keys"].flag
+    assert set(declared) == set(Settings.model_fields)
 
 
-def test_a_client_that_hangs_up_costs_no_forward_pass(server):
-    """A request queued behind a long batch costs no forward pass when its client hangs up:
-    whether it was caught while being laid out or while queued, none of its rows run."""
-    import socket
-
+def test_a_client_that_hangs_up_costs_no_forward_pass():
+    """A request queued behind a long batch costs no forward pass when its client hangs up: none
+    of its rows run. The long batch is held on the device until the hang-up is seen."""
+    engine = kime.Kime(TINY, device="cpu", threads=2)
+    held = HeldBackend(engine.backend)
+    srv = InProcessServer(engine)
     questions = {"q%d" % i: {"type": "choice", "instructions": "Pick one of these %d" % i,
                              "criteria": ["alpha", "beta", "gamma", "delta"]} for i in range(40)}
     states = ["a long state number %d: " % i + "words " * 80 for i in range(40)]
-    busy = threading.Thread(target=server.post, args=("/v1/systemone/batch",
-                                                      {"states": states, "questions": questions}))
-    rows = _metric(server, "kime_scheduler_rows_total")
-    busy.start()
-    time.sleep(0.3)  # the big batch is on the device now
-    body = json.dumps({"state": "nobody will read this", "questions": QUESTIONS}).encode()
-    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
-    sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json"
-                 b"\r\nauthorization: Bearer " + KEYS[0].encode() + b"\r\ncontent-length: "
-                 + str(len(body)).encode() + b"\r\n\r\n" + body)
-    time.sleep(0.2)
-    sock.close()
-    busy.join(60)
-    deadline = time.time() + 10
-    while time.time() < deadline and _metric(server, "kime_client_disconnects_total") < 1:
-        time.sleep(0.1)
-    assert _metric(server, "kime_client_disconnects_total") >= 1
-    assert _metric(server, "kime_scheduler_rows_total") == rows + len(states) * len(questions)
+    busy_status = []
+    busy = threading.Thread(target=lambda: busy_status.append(srv.post(
+        "/v1/systemone/batch", {"states": states, "questions": questions})[0]))
+    try:
+        rows = engine.scheduler.rows
+        busy.start()
+        assert held.entered.wait(60), "the big batch never reached the device"
+        body = json.dumps({"state": "nobody will read this", "questions": QUESTIONS}).encode()
+        sock = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: "
+                     b"application/json\r\nauthorization: Bearer " + KEYS[0].encode()
+                     + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        _deadline("the request to queue behind the big batch",
+                  lambda: engine.scheduler.depth() >= 1)
+        sock.close()
+        _deadline("the server to see the hang-up",
+                  lambda: srv.metric("kime_client_disconnects_total") >= 1)
+        held.release()
+        busy.join(60)
+        assert busy_status == [200]
+        assert engine.scheduler.rows == rows + len(states) * len(questions)
+        assert engine.scheduler.dropped >= 1
+    finally:
+        held.release()
+        srv.stop()

@@ -55,7 +55,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     reqs = builtin_requests(args.requests)
     eng = Kime(args.checkpoint, device="cpu", precision="f32", answer_cache=0)
     base = eng.decide_batch(reqs, cache=False)
-    model = eng._backend._model  # the ReferenceModel
+    model = eng.backend.model  # the ReferenceModel (KIME_CPU_BACKEND=reference)
     gemm_weights = {id(model.w[n]) for n in eng.checkpoint.weights.keys()
                     if n.startswith(("encoder.layers.", "head.layers.")) and n.endswith("weight")
                     and model.w[n].ndim == 2}

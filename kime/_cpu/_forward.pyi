@@ -1,5 +1,5 @@
 """Type stubs for the compiled forward pass (see _forward.pyx)."""
-from typing import Dict
+from typing import Dict, Optional
 
 import numpy as np
 
@@ -22,3 +22,10 @@ class Model:
                  threads: int) -> None: ...
     def run(self, arena: Arena, ids: np.ndarray, cu: np.ndarray, rows: int, markers: np.ndarray,
             mcu: np.ndarray, qtype: np.ndarray, logits: np.ndarray, act: np.ndarray) -> None: ...
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray], eps: float,
+               out: np.ndarray, threads: int = ...) -> None: ...
+def act_features(logits: np.ndarray, mcu: np.ndarray, out: np.ndarray) -> None: ...
+def act_head(x: np.ndarray, cu: np.ndarray, logits: np.ndarray, mcu: np.ndarray, w0: np.ndarray,
+             b0: np.ndarray, w2: np.ndarray, b2: np.ndarray, act: np.ndarray, isa: int,
+             threads: int = ...) -> None: ...

@@ -4,6 +4,10 @@
 `Model` points the C model struct at the arrays of a packed weight blob (kept alive here);
 `Arena` owns the activation buffers of one bucket, allocated once; `Model.run` hands both and
 the batch buffers to `kime_forward` (csrc/forward.c). Python touches a forward pass once.
+
+`layer_norm`, `act_features` and `act_head` are test entries only: thin wrappers that check
+shapes, drop the GIL and call the very C functions the forward pass runs, so each piece has a
+kernel test of its own against a float64 reference (tests/kernels/).
 """
 import numpy as np
 
@@ -21,8 +25,12 @@ cdef extern from "kernels.h":
 cdef extern from "qgemm.h":
     size_t kime_qgemm_scratch_bytes(int isa, int K, int nthreads) nogil
 
+cdef extern from "kernels.h":
+    size_t kime_gemm_packed_floats(int isa, int N, int K, int geglu) nogil
+
 cdef extern from "forward.h":
     enum: KIME_MAX_LAYERS
+    enum: KIME_ACT_HIDDEN
     ctypedef struct kime_layer:
         const float *norm_w
         const float *norm_b
@@ -82,9 +90,16 @@ cdef extern from "forward.h":
     int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
                      const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
                      const int32_t *qtype, float *logits, float *act, int nthreads) nogil
+    void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
+                         float eps, int nthreads) nogil
+    void kime_act_features(const float *logits, int k, float *out) nogil
+    void kime_act_head(int isa, const float *x, const int32_t *cu, int rows, int d,
+                       const float *logits, const int32_t *mcu, const float *w0, const float *b0,
+                       const float *w2, const float *b2, int n_act, float *act_in, float *act_h,
+                       float *gemm_scratch, float *act, int nthreads) nogil
 
 MAX_LAYERS = KIME_MAX_LAYERS
-ACT_HIDDEN = 256
+ACT_HIDDEN = KIME_ACT_HIDDEN
 
 
 def isa_detect():
@@ -262,3 +277,104 @@ cdef class Arena:
         self.a.gemm_scratch = <float *> cnp.PyArray_DATA(ptrs["gemm_scratch"])
         self.a.attn_scratch = <float *> cnp.PyArray_DATA(ptrs["attn_scratch"])
         self.a.qgemm_scratch = <void *> cnp.PyArray_DATA(ptrs["qgemm_scratch"])
+
+
+cdef int _check_threads(int threads) except -1:
+    if threads < 1:
+        raise ValueError(f"threads must be at least 1, got {threads}")
+    return 0
+
+
+def layer_norm(const float[:, ::1] x, const float[::1] weight, const float[::1] bias, float eps,
+               float[:, ::1] out, int threads=1) -> None:
+    """Test entry: forward.c's LayerNorm (`norm_row` over rows), the one every norm of the forward
+    pass runs. bias may be None; out may be x, as the final norm runs in place."""
+    _check_threads(threads)
+    cdef int n = x.shape[0], d = x.shape[1]
+    if d == 0:
+        raise ValueError("layer_norm: x must have at least one column")
+    if weight.shape[0] != d:
+        raise ValueError(f"layer_norm: weight has {weight.shape[0]} elements, x has {d} columns")
+    if bias is not None and bias.shape[0] != d:
+        raise ValueError(f"layer_norm: bias has {bias.shape[0]} elements, x has {d} columns")
+    if out.shape[0] != n or out.shape[1] != d:
+        raise ValueError(f"layer_norm: out has shape ({out.shape[0]}, {out.shape[1]}), "
+                         f"x has ({n}, {d}); they must match")
+    if n == 0:
+        return
+    cdef const float *b = NULL if bias is None else &bias[0]
+    with nogil:
+        kime_layer_norm(&x[0, 0], &out[0, 0], n, d, &weight[0], b, eps, threads)
+
+
+cdef int _check_offsets(const int32_t[::1] offsets, Py_ssize_t total, str name) except -1:
+    """offsets[0] == 0, non-decreasing, ending at `total`: the packed batch's cu / mcu rule."""
+    cdef Py_ssize_t i
+    if offsets.shape[0] < 1 or offsets[0] != 0 or offsets[offsets.shape[0] - 1] != total:
+        raise ValueError(f"{name} must run from 0 to {total}")
+    for i in range(offsets.shape[0] - 1):
+        if offsets[i + 1] < offsets[i]:
+            raise ValueError(f"{name} must not decrease")
+    return 0
+
+
+def act_features(const float[::1] logits, const int32_t[::1] mcu, float[:, ::1] out) -> None:
+    """Test entry: out[r] = the act head's four features of row r's logits
+    logits[mcu[r]:mcu[r + 1]], as forward.c computes them (a row may have no options)."""
+    cdef int rows = mcu.shape[0] - 1, r
+    _check_offsets(mcu, logits.shape[0], "mcu")
+    if out.shape[0] != rows or out.shape[1] != 4:
+        raise ValueError(f"act_features: out has shape ({out.shape[0]}, {out.shape[1]}), "
+                         f"expected ({rows}, 4)")
+    if rows == 0:
+        return
+    cdef const float *base = &logits[0] if logits.shape[0] else NULL
+    with nogil:
+        for r in range(rows):
+            kime_act_features(base + mcu[r] if base != NULL else NULL, mcu[r + 1] - mcu[r],
+                              &out[r, 0])
+
+
+def act_head(const float[:, ::1] x, const int32_t[::1] cu, const float[::1] logits,
+             const int32_t[::1] mcu, const float[::1] w0, const float[::1] b0,
+             const float[::1] w2, const float[::1] b2, float[:, ::1] act, int isa,
+             int threads=1) -> None:
+    """Test entry: forward.c's act head. x [tokens, d] holds the rows packed at offsets `cu`
+    (each row's first token is read), logits the option logits at offsets `mcu`; w0 and w2 are
+    `_gemm.pack(W, isa)` panels of act_head.0 [ACT_HIDDEN, d + 4] and act_head.2
+    [n_act, ACT_HIDDEN]. The scratch a plan's arena would hold is allocated here."""
+    _check_threads(threads)
+    cdef int rows = cu.shape[0] - 1, d = x.shape[1], n_act = act.shape[1], r
+    if isa < 0 or isa > kime_isa_detect():
+        raise ValueError(f"isa {isa} is not available here")
+    _check_offsets(cu, x.shape[0], "cu")
+    _check_offsets(mcu, logits.shape[0], "mcu")
+    if rows < 1 or d < 1 or mcu.shape[0] != rows + 1 or act.shape[0] != rows or n_act < 1:
+        raise ValueError(f"act_head: {rows} rows of width {d} need mcu of {rows + 1} entries "
+                         f"and act of {rows} rows")
+    for r in range(rows):
+        if cu[r + 1] == cu[r]:
+            raise ValueError("act_head: every row needs a first token")
+    if <size_t>w0.shape[0] != kime_gemm_packed_floats(isa, KIME_ACT_HIDDEN, d + 4, 0) \
+            or b0.shape[0] != KIME_ACT_HIDDEN:
+        raise ValueError(f"act_head: w0 and b0 must be act_head.0 [{KIME_ACT_HIDDEN}, {d + 4}]")
+    if <size_t>w2.shape[0] != kime_gemm_packed_floats(isa, n_act, KIME_ACT_HIDDEN, 0) \
+            or b2.shape[0] != n_act:
+        raise ValueError(f"act_head: w2 and b2 must be act_head.2 [{n_act}, {KIME_ACT_HIDDEN}]")
+    cdef size_t scratch_floats = max(kime_gemm_scratch_floats(isa, d + 4, threads),
+                                     kime_gemm_scratch_floats(isa, KIME_ACT_HIDDEN, threads))
+    cdef float[::1] act_in = _aligned(rows * (d + 4))
+    cdef float[::1] act_h = _aligned(rows * KIME_ACT_HIDDEN)
+    cdef float[::1] scratch = _aligned(scratch_floats + 1)
+    cdef const float *logit_base = &logits[0] if logits.shape[0] else NULL
+    with nogil:
+        kime_act_head(isa, &x[0, 0], &cu[0], rows, d, logit_base, &mcu[0], &w0[0], &b0[0],
+                      &w2[0], &b2[0], n_act, &act_in[0], &act_h[0], &scratch[0], &act[0, 0],
+                      threads)
+
+
+cdef float[::1] _aligned(size_t n):
+    """n float32 starting on a 64-byte boundary, as an arena's buffers start."""
+    raw = np.empty(n + 16, dtype=np.float32)
+    cdef size_t skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip:skip + n]

@@ -1,18 +1,17 @@
-"""Element-wise and row-wise float32 kernels: exact-erf GELU, GeGLU and LayerNorm.
+"""Element-wise float32 kernels: exact-erf GELU and GeGLU.
 
 Why these live here: NumPy has no `erf`, and Laya's encoder (ModernBERT) and scorer use the exact
-erf GELU, so even the NumPy reference forward pass needs a compiled op for it. LayerNorm sits here
-because its reduction order decides its bits.
+erf GELU, so even the NumPy reference forward pass needs a compiled op for it. (The LayerNorm the
+forward pass runs is forward.c's, tested through `_forward.layer_norm`.)
 
-Determinism: every kernel splits work over rows only (`prange(..., schedule="static")`), never
-over the reduction dimension, and reduces each row left to right. A row's output is therefore the
-same bits at any thread count and whatever other rows share its batch.
+Determinism: every kernel splits work over rows only (`prange(..., schedule="static")`), so a
+row's output is the same bits at any thread count and whatever other rows share its batch.
 
 Each kernel is a nogil `cdef` function; the `def` wrappers check shapes, then drop the GIL. Every
 wrapper writes into `out` and returns None, so a plan can hand it preallocated arena buffers.
 """
 from cython.parallel cimport prange
-from libc.math cimport erff, sqrt
+from libc.math cimport erff
 
 cdef extern from *:
     """
@@ -74,33 +73,6 @@ cdef int _geglu_rows(const float[:, ::1] x, float[:, ::1] out, int threads) exce
     return 0
 
 
-cdef int _layer_norm_rows(const float[:, ::1] x, const float[::1] weight, const float[::1] bias,
-                          bint has_bias, double eps, float[:, ::1] out,
-                          int threads) except -1 nogil:
-    # Two passes in double: the mean, then the biased variance around it. Every output element
-    # reads x[i, j] before writing out[i, j], so out may be x.
-    cdef Py_ssize_t i, j
-    cdef Py_ssize_t n_cols = x.shape[1]
-    cdef double total, mean, centred, variance, rstd, value
-    for i in prange(x.shape[0], schedule="static", num_threads=threads):
-        total = 0.0
-        for j in range(n_cols):
-            total = total + x[i, j]
-        mean = total / n_cols
-        variance = 0.0
-        for j in range(n_cols):
-            centred = x[i, j] - mean
-            variance = variance + centred * centred
-        variance = variance / n_cols
-        rstd = 1.0 / sqrt(variance + eps)
-        for j in range(n_cols):
-            value = (x[i, j] - mean) * rstd * weight[j]
-            if has_bias:
-                value = value + bias[j]
-            out[i, j] = <float>value
-    return 0
-
-
 def gelu_erf(const float[:, ::1] x, float[:, ::1] out, int threads=1) -> None:
     """out = GELU(x) with the exact erf, bit-for-bit torch's float32 formula; out may be x."""
     _check_threads(threads)
@@ -129,29 +101,3 @@ def geglu(const float[:, ::1] x, float[:, ::1] out, int threads=1) -> None:
     with nogil:
         _geglu_rows(x, out, threads)
 
-
-def layer_norm(const float[:, ::1] x, const float[::1] weight, const float[::1] bias,
-               float eps, float[:, ::1] out, int threads=1) -> None:
-    """out = (x - mean) / sqrt(var + eps) * weight (+ bias) per row; bias may be None; out may be x.
-
-    Statistics are accumulated in double, left to right, so they do not depend on how a row is
-    split or on the thread count; `eps` is a float32 as in torch, widened to double when added.
-    """
-    _check_threads(threads)
-    cdef Py_ssize_t n_cols = x.shape[1]
-    if n_cols == 0:
-        raise ValueError("layer_norm: x must have at least one column")
-    if weight.shape[0] != n_cols:
-        raise ValueError(f"layer_norm: weight has {weight.shape[0]} elements, x has {n_cols} columns")
-    cdef bint has_bias = bias is not None
-    if has_bias and bias.shape[0] != n_cols:
-        raise ValueError(f"layer_norm: bias has {bias.shape[0]} elements, x has {n_cols} columns")
-    if out.shape[0] != x.shape[0] or out.shape[1] != n_cols:
-        raise ValueError(
-            f"layer_norm: out has shape ({out.shape[0]}, {out.shape[1]}), "
-            f"x has ({x.shape[0]}, {n_cols}); they must match"
-        )
-    # Without a bias the kernel still needs a valid view to pass; weight is never read through it.
-    cdef const float[::1] bias_view = bias if has_bias else weight
-    with nogil:
-        _layer_norm_rows(x, weight, bias_view, has_bias, eps, out, threads)

@@ -1,39 +1,55 @@
-"""CPU backends.
+"""CPU backends, on the contract of `kime.backend.Backend`.
 
 `CpuBackend` runs the compiled forward pass (`_forward`, over the C kernels in `csrc/`): weights
 packed once for the CPU's ISA and cached on disk, one plan per bucket with its arena allocated
 once, OpenMP threads owned by the engine, and NumPy's BLAS held to one thread while a forward
 pass runs so the two thread pools never fight over the cores. `ReferenceBackend` is the NumPy
 oracle (`reference.py`), selected with `KIME_CPU_BACKEND=reference`.
+
+Both take their sizes from the checkpoint's model graph (`kime.graph`). After `close()` the
+weights and plans are dropped and a run raises `BackendError`, never touches freed memory.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
+import types
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
 import numpy as np
 
-from ..backend import Memory
+from ..backend import Device, Memory, Precision
 from ..batch import Batch, Outputs
 from ..buckets import BUCKETS, PRELOAD, pick_bucket
 from ..checkpoint import Checkpoint
+from ..errors import BackendError, Unsupported
+from .weights import CpuSpec
+
+if TYPE_CHECKING:
+    from .reference import ReferenceModel
+
+CPU = Device("cpu")
+
+
+def _closed(what: str) -> BackendError:
+    return BackendError("the %s was closed (its weights and plans are freed); load the model "
+                        "again to run it" % what)
 
 
 class Plan:
     """One bucket: the arena and the batch and output buffers, allocated once."""
 
-    def __init__(self, model, spec: Dict[str, object], isa: int, threads: int, tokens: int):
+    def __init__(self, model: Any, spec: CpuSpec, isa: int, threads: int, tokens: int):
         from . import _forward
 
         self.tokens = tokens
         self.model = model
-        self.arena = _forward.Arena(spec, isa, threads, tokens)
+        self.arena = _forward.Arena(spec.as_dict(), isa, threads, tokens)
         self.ids = np.zeros(tokens, dtype=np.int32)
         self.cu = np.zeros(tokens + 1, dtype=np.int32)
         self.markers = np.zeros(tokens, dtype=np.int32)
         self.mcu = np.zeros(tokens + 1, dtype=np.int32)
         self.qtype = np.zeros(tokens, dtype=np.int32)
         self.logits = np.zeros(tokens, dtype=np.float32)
-        self.act = np.zeros((tokens, model.n_act), dtype=np.float32)
+        self.act = np.zeros((tokens, spec.n_act), dtype=np.float32)
 
     @property
     def nbytes(self) -> int:
@@ -54,82 +70,126 @@ class Plan:
 
 
 class CpuBackend:
-    name = "cpu"
+    """The compiled CPU forward pass in `precision` F32 (the default) or INT8 (INT8 GEMMs in the
+    encoder and decision head; FP32 attention, norms, scorer and act head).
 
-    def __init__(self, ck: Checkpoint, threads: int, preload: bool = False,
-                 use_cache: bool = True, int8: bool = False):
-        from threadpoolctl import ThreadpoolController
+    `use_cache=False` packs the weights in memory without reading or writing the on-disk cache.
+    """
+
+    def __init__(self, ck: Checkpoint, threads: int,
+                 precision: Union[Precision, str] = Precision.F32, preload: bool = False,
+                 use_cache: bool = True):
+        from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
         from . import _forward, _gemm, _qgemm
-        from .weights import load_packed, spec_of
+        from .weights import load_packed
 
+        self.device = CPU
+        self.precision = Precision.parse(precision).on(CPU)  # refuses f16: no FP16 kernels
         self.threads = threads
-        self.int8 = int8
-        self.precision = "int8" if int8 else "f32"
-        self.isa = _forward.isa_detect()
-        self.isa_name = _forward.isa_name(self.isa)
-        self.spec = spec_of(ck, int8=int8)
-        qisa: Optional[int] = None
-        if int8:
-            # The INT8 kernel set is chosen once, here: the packed weights, the scratch and every
-            # call then agree even if KIME_QGEMM changes while the model is loaded.
-            qisa = self.spec["qisa"] = _qgemm.pin(self.isa)
-            self.qgemm_impl = _qgemm.impl_name(qisa)
-        self._arrays, self.weights_from = load_packed(
-            ck, self.isa, self.isa_name, _gemm.pack, use_cache=use_cache,
-            qpack=_qgemm.pack if int8 else None, qisa=qisa)
-        self._model = _forward.Model(self._arrays, self.spec, self.isa, threads)
+        self.max_batch_tokens = BUCKETS[-1]
+        if ck.graph.act.hidden.n_out != _forward.ACT_HIDDEN:
+            raise Unsupported("%s: an act head of %d hidden units; the compiled CPU forward pass "
+                              "is built for %d" % (ck.path, ck.graph.act.hidden.n_out,
+                                                   _forward.ACT_HIDDEN))
+        self._isa = _forward.isa_detect()
+        self._isa_name = _forward.isa_name(self._isa)
+        # The INT8 kernel set is chosen once, here: the packed weights, the scratch and every
+        # call then agree even if KIME_QGEMM changes while the model is loaded.
+        qisa = _qgemm.pin(self._isa) if self.precision is Precision.INT8 else None
+        self.kernels = self._isa_name if qisa is None else _qgemm.impl_name(qisa)
+        self.spec = CpuSpec.of(ck.graph, qisa)
+        packed = load_packed(ck, self._isa, self._isa_name, _gemm.pack, use_cache=use_cache,
+                             qpack=None if qisa is None else _qgemm.pack, qisa=qisa)
+        self.weights_from = packed.how
+        self.weights_file: Optional[str] = packed.path
+        self._arrays: Optional[Dict[str, np.ndarray]] = packed.arrays
+        self._model: Any = _forward.Model(packed.arrays, self.spec.as_dict(), self._isa, threads)
         self._plans: Dict[int, Plan] = {}
         self._blas = ThreadpoolController()
-        self.max_batch_tokens = BUCKETS[-1]
         if preload:
             for tokens in BUCKETS[:PRELOAD]:
                 self.prepare(tokens)
 
-    def prepare(self, tokens: int) -> Plan:
-        """The plan for the bucket holding `tokens`, built on first use."""
+    @property
+    def plans(self) -> Mapping[int, Plan]:
+        """The plans built so far, by bucket (read-only)."""
+        return types.MappingProxyType(self._plans)
+
+    def prepare(self, tokens: int) -> None:
+        self._plan(tokens)
+
+    def _plan(self, tokens: int) -> Plan:
+        if self._model is None:
+            raise _closed("CPU backend")
         bucket = pick_bucket(tokens)
         plan = self._plans.get(bucket)
         if plan is None:
-            plan = self._plans[bucket] = Plan(self._model, self.spec, self.isa, self.threads, bucket)
+            plan = self._plans[bucket] = Plan(self._model, self.spec, self._isa, self.threads,
+                                              bucket)
         return plan
 
     def run(self, batch: Batch) -> Outputs:
-        plan = self.prepare(batch.tokens)
+        plan = self._plan(batch.tokens)
         with self._blas.limit(limits=1, user_api="blas"):
             return plan.run(batch)
 
     def memory(self) -> Memory:
-        return Memory(weights=sum(int(a.nbytes) for a in self._arrays.values()),
-                      plans=sum(p.nbytes for p in self._plans.values()))
+        weights = 0 if self._arrays is None else sum(int(a.nbytes) for a in self._arrays.values())
+        return Memory(weights=weights, plans=sum(p.nbytes for p in self._plans.values()))
 
     def describe(self) -> str:
-        if self.int8:
+        if self.precision is Precision.INT8:
             return "cpu (%s INT8 GEMMs, FP32 attention and heads, %d threads)" % (
-                self.qgemm_impl, self.threads)
-        return "cpu (%s FP32 kernels, %d threads)" % (self.isa_name, self.threads)
+                self.kernels, self.threads)
+        return "cpu (%s FP32 kernels, %d threads)" % (self.kernels, self.threads)
+
+    def close(self) -> None:
+        # The plans point at the model, and the model at the (possibly mapped) arrays: drop all.
+        self._plans.clear()
+        self._model = None
+        self._arrays = None
 
 
 class ReferenceBackend:
-    name = "cpu-reference"
-    max_batch_tokens: Optional[int] = None
+    """The NumPy oracle as a backend: FP32, one row at a time, allocating per call."""
 
     def __init__(self, ck: Checkpoint, threads: int):
         from .reference import ReferenceModel
 
+        self.device = CPU
+        self.precision = Precision.F32
         self.threads = threads
-        self._model = ReferenceModel(ck)
+        self.max_batch_tokens = BUCKETS[-1]
+        self.kernels = "numpy"
+        self.weights_from = "checkpoint"
+        self.weights_file: Optional[str] = None
+        self._model: Optional[ReferenceModel] = ReferenceModel(ck)
         self._weight_bytes = ck.weight_bytes()
+
+    @property
+    def model(self) -> Optional["ReferenceModel"]:
+        """The NumPy model it runs (None once closed): tools that study the numerics patch
+        around it (tools/int8_sensitivity.py)."""
+        return self._model
+
+    def prepare(self, tokens: int) -> None:
+        """Nothing to build: the reference allocates per call."""
 
     def run(self, batch: Batch) -> Outputs:
         from threadpoolctl import threadpool_limits
 
+        if self._model is None:
+            raise _closed("NumPy reference backend")
         with threadpool_limits(limits=self.threads, user_api="blas"):
             return self._model.run(batch)
 
     def memory(self) -> Memory:
         # The reference allocates per call and keeps no plans.
-        return Memory(weights=self._weight_bytes, plans=0)
+        return Memory(weights=0 if self._model is None else self._weight_bytes, plans=0)
 
     def describe(self) -> str:
         return "cpu (NumPy FP32 reference, %d threads)" % self.threads
+
+    def close(self) -> None:
+        self._model = None

@@ -1,11 +1,10 @@
 """The NumPy FP32 forward pass: slow, allocating, and readable. It is the oracle every fast
 kernel is tested against, and the first backend.
 
-It follows Laya's `DecisionModel` over transformers' `ModernBertModel` (DESIGN.md, "The forward
-pass") one row at a time, so each row sees exactly its own tokens: there is no padding and no
-mask beyond the local window. Computing each row on its own also makes a row's logits the same
-bits whatever else is in the batch. NumPy has no erf, so the exact GELU comes from the compiled
-`_ops` module.
+It walks the model graph (kime/graph.py, whose module doc states the forward pass) one row at a
+time, so each row sees exactly its own tokens: there is no padding and no mask beyond the local
+window. Computing each row on its own also makes a row's logits the same bits whatever else is in
+the batch. NumPy has no erf, so the exact GELU comes from the compiled `_ops` module.
 """
 from __future__ import annotations
 
@@ -14,7 +13,9 @@ from typing import Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from ..batch import Batch, Outputs
-from ..checkpoint import HEAD_NORM_EPS, Checkpoint
+from ..checkpoint import Checkpoint
+from ..graph import (ACT_OPTION_SCALE, ACT_PROB_FLOOR, Attention, Block, Linear, Norm,
+                     rope_tables)
 from . import _ops  # compiled; typed by _ops.pyi
 
 F32 = np.float32
@@ -45,14 +46,6 @@ def linear(x: np.ndarray, w: np.ndarray, b: Optional[np.ndarray] = None) -> np.n
     return y + b if b is not None else y
 
 
-def rope_tables(n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:
-    """cos and sin [n, head_dim] in FP32, computed as transformers computes them."""
-    inv_freq = F32(1.0) / (F32(theta) ** (np.arange(0, head_dim, 2, dtype=F32) / F32(head_dim)))
-    freqs = np.arange(n, dtype=F32)[:, None] * inv_freq[None, :]
-    emb = np.concatenate([freqs, freqs], axis=-1)
-    return np.cos(emb), np.sin(emb)
-
-
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """x [heads, n, head_dim]: rotate-half RoPE (not interleaved)."""
     half = x.shape[-1] // 2
@@ -76,82 +69,85 @@ class ReferenceModel:
     """Laya's decision model over a checkpoint's FP32 weights, row by row."""
 
     def __init__(self, ck: Checkpoint):
-        self.ck = ck
-        self.w: Mapping[str, np.ndarray] = ck.weights
-        self.enc = ck.encoder
-        self.n_act = ck.config.n_act
+        self.graph = ck.graph
+        # Its own FP32 copies, not the checkpoint's cache, so dropping the model frees them.
+        self.w: Mapping[str, np.ndarray] = {name: ck.weights.fresh(name) for name in ck.weights}
+        self.n_act = self.graph.n_act
         self._rope: Dict[float, Tuple[np.ndarray, np.ndarray]] = {}
 
-    def _tables(self, n: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:
+    def _tables(self, n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:
         cached = self._rope.get(theta)
         if cached is None or cached[0].shape[0] < n:
-            cached = rope_tables(max(n, 512), self.enc.head_dim, theta)
+            cached = rope_tables(max(n, 512), head_dim, theta)
             self._rope[theta] = cached
         return cached[0][:n], cached[1][:n]
 
-    def _norm(self, x: np.ndarray, name: str) -> np.ndarray:
-        return layer_norm(x, self.w[name + ".weight"], self.w.get(name + ".bias"), self.enc.norm_eps)
+    def _norm(self, x: np.ndarray, norm: Optional[Norm]) -> np.ndarray:
+        if norm is None:  # ModernBERT's identity attention norm at layer 0
+            return x
+        return layer_norm(x, self.w[norm.weight], self._optional(norm.bias), norm.eps)
+
+    def _linear(self, x: np.ndarray, lin: Linear) -> np.ndarray:
+        return linear(x, self.w[lin.weight], self._optional(lin.bias))
+
+    def _optional(self, name: Optional[str]) -> Optional[np.ndarray]:
+        return None if name is None else self.w[name]
+
+    def _attend(self, h: np.ndarray, block: Block) -> np.ndarray:
+        """Self-attention of one row: qkv, RoPE where the layer has it, the window, out."""
+        att: Attention = block.attention
+        n = h.shape[0]
+        qkv = self._linear(h, block.qkv)
+        qkv = qkv.reshape(n, 3, att.heads, att.head_dim).transpose(1, 2, 0, 3)  # [3, heads, n, hd]
+        q, k = qkv[0], qkv[1]
+        if att.theta is not None:
+            cos, sin = self._tables(n, att.head_dim, att.theta)
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return self._linear(attention(q, k, qkv[2], att.half_window), block.out)
+
+    def _block(self, x: np.ndarray, block: Block) -> np.ndarray:
+        x = x + self._attend(self._norm(x, block.norm), block)
+        h = self._linear(self._norm(x, block.norm2), block.up)
+        if block.up.geglu:
+            act = np.empty((h.shape[0], block.up.n_out // 2), dtype=F32)
+            _ops.geglu(np.ascontiguousarray(h, dtype=F32), act)
+        else:
+            act = np.maximum(h, F32(0))
+        return x + self._linear(act, block.down)
 
     def encode(self, ids: np.ndarray) -> np.ndarray:
         """The ModernBERT encoder on one row: [n] ids -> [n, d] hidden states."""
-        enc, w = self.enc, self.w
-        n, heads, hd = len(ids), enc.heads, enc.head_dim
-        x = self._norm(w["encoder.embeddings.tok_embeddings.weight"][ids], "encoder.embeddings.norm")
-        for i in range(enc.layers):
-            p = "encoder.layers.%d." % i
-            h = self._norm(x, p + "attn_norm") if i > 0 else x
-            qkv = linear(h, w[p + "attn.Wqkv.weight"], w.get(p + "attn.Wqkv.bias"))
-            qkv = qkv.reshape(n, 3, heads, hd).transpose(1, 2, 0, 3)  # [3, heads, n, hd]
-            is_global = enc.global_layers[i]
-            cos, sin = self._tables(n, enc.global_theta if is_global else enc.local_theta)
-            q, k = apply_rope(qkv[0], cos, sin), apply_rope(qkv[1], cos, sin)
-            a = attention(q, k, qkv[2], None if is_global else enc.half_window)
-            x = x + linear(a, w[p + "attn.Wo.weight"], w.get(p + "attn.Wo.bias"))
-            h = linear(self._norm(x, p + "mlp_norm"), w[p + "mlp.Wi.weight"], w.get(p + "mlp.Wi.bias"))
-            act = np.empty((n, enc.intermediate), dtype=F32)
-            _ops.geglu(np.ascontiguousarray(h, dtype=F32), act)
-            x = x + linear(act, w[p + "mlp.Wo.weight"], w.get(p + "mlp.Wo.bias"))
-        return self._norm(x, "encoder.final_norm")
+        g = self.graph
+        x = self._norm(self.w[g.embedding][ids], g.emb_norm)
+        for block in g.layers:
+            x = self._block(x, block)
+        return self._norm(x, g.final_norm)
 
     def head(self, x: np.ndarray, qtype: int) -> np.ndarray:
         """Type embedding, then the pre-norm transformer layers of the decision head."""
-        w, d = self.w, self.enc.hidden
-        x = x + w["type_emb.weight"][qtype]
-        heads = self.ck.head_heads
-        hd = d // heads
-        n = x.shape[0]
-        for j in range(self.ck.config.head_layers):
-            p = "head.layers.%d." % j
-            h = layer_norm(x, w[p + "norm1.weight"], w[p + "norm1.bias"], HEAD_NORM_EPS)
-            qkv = linear(h, w[p + "self_attn.in_proj_weight"], w[p + "self_attn.in_proj_bias"])
-            qkv = qkv.reshape(n, 3, heads, hd).transpose(1, 2, 0, 3)
-            a = attention(qkv[0], qkv[1], qkv[2], None)
-            x = x + linear(a, w[p + "self_attn.out_proj.weight"], w[p + "self_attn.out_proj.bias"])
-            h = layer_norm(x, w[p + "norm2.weight"], w[p + "norm2.bias"], HEAD_NORM_EPS)
-            h = np.maximum(linear(h, w[p + "linear1.weight"], w[p + "linear1.bias"]), F32(0))
-            x = x + linear(h, w[p + "linear2.weight"], w[p + "linear2.bias"])
+        x = x + self.w[self.graph.type_emb][qtype]
+        for block in self.graph.head:
+            x = self._block(x, block)
         return x
 
     def score(self, x: np.ndarray, markers: np.ndarray) -> np.ndarray:
         """One logit per option, from the hidden state at its marker."""
-        w = self.w
-        m = layer_norm(x[markers], w["scorer.0.weight"], w["scorer.0.bias"], HEAD_NORM_EPS)
-        m = gelu(linear(m, w["scorer.1.weight"], w["scorer.1.bias"]))
-        return linear(m, w["scorer.3.weight"], w["scorer.3.bias"])[:, 0]
+        scorer = self.graph.scorer
+        m = gelu(self._linear(self._norm(x[markers], scorer.norm), scorer.hidden))
+        return self._linear(m, scorer.out)[:, 0]
 
     def act(self, x: np.ndarray, logits: np.ndarray) -> np.ndarray:
         """The act head's probabilities from the first token and the answer's shape."""
-        w = self.w
+        head = self.graph.act
         p = softmax(logits.astype(F32))
         k = F32(max(len(logits), 2))
-        entropy = -(p * np.log(np.maximum(p, F32(1e-9)))).sum() / np.log(k)
+        entropy = -(p * np.log(np.maximum(p, F32(ACT_PROB_FLOOR)))).sum() / np.log(k)
         top = np.sort(p)[::-1]
         top1 = top[0]
         top2 = top[1] if len(top) > 1 else F32(0)
-        feats = np.array([top1, top1 - top2, entropy, k / F32(255.0)], dtype=F32)
-        h = gelu(linear(np.concatenate([x[0], feats])[None, :], w["act_head.0.weight"],
-                        w["act_head.0.bias"]))
-        return softmax(linear(h, w["act_head.2.weight"], w["act_head.2.bias"])[0])
+        feats = np.array([top1, top1 - top2, entropy, k / F32(ACT_OPTION_SCALE)], dtype=F32)
+        h = gelu(self._linear(np.concatenate([x[0], feats])[None, :], head.hidden))
+        return softmax(self._linear(h, head.out)[0])
 
     def row(self, ids: np.ndarray, markers: np.ndarray, qtype: int) -> Tuple[np.ndarray, np.ndarray]:
         """(option logits [k], act probabilities [n_act]) for one row."""

@@ -7,6 +7,9 @@ kime version, the ISA (for INT8 also the qgemm kernel set) and the layout versio
 loads map it from the file instead of repacking. A cache file is trusted only when its header,
 size and sampled checksum all match; anything else is rebuilt (written to a temporary file and
 renamed, so a crash never leaves a half-written cache behind).
+
+Which tensors the blob holds, their shapes and their order within a layer come from the model
+graph (`kime.graph`); the entry names are the fields of the C model (`csrc/forward.h`) they fill.
 """
 from __future__ import annotations
 
@@ -16,11 +19,13 @@ import os
 import struct
 import tempfile
 import zlib
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..checkpoint import Checkpoint
+from ..graph import Block, Graph, Linear, Norm, rope_half_tables
 
 LAYOUT_VERSION = 1
 MAGIC = b"KIMEPACK"
@@ -28,7 +33,57 @@ ALIGN = 64
 HEADER_ROOM = 1 << 16
 SAMPLE_STRIDE = 1 << 18  # checksum 4 KiB of every 256 KiB: catches truncation and overwrites fast
 SAMPLE_BYTES = 1 << 12
-MAX_POSITIONS = 8192
+
+Entries = List[Tuple[str, Callable[[], np.ndarray]]]
+
+
+@dataclass(frozen=True)
+class CpuSpec:
+    """The sizes the compiled forward pass (`_forward.Model`, `_forward.Arena`) is built for.
+
+    `qisa` is the INT8 kernel set the GEMM weights are packed for (`_qgemm.pin`), fixed at load
+    so the packed bytes, the scratch and every call agree; None for an FP32 model.
+    """
+
+    d: int
+    vocab: int
+    layers: int
+    heads: int
+    inter: int
+    half_window: int
+    norm_eps: float
+    max_pos: int
+    head_layers: int
+    head_heads: int
+    n_act: int
+    global_layers: Tuple[bool, ...]
+    qisa: Optional[int] = None
+
+    @property
+    def int8(self) -> bool:
+        return self.qisa is not None
+
+    @classmethod
+    def of(cls, graph: Graph, qisa: Optional[int] = None) -> "CpuSpec":
+        spec = graph.spec
+        return cls(d=spec.hidden, vocab=spec.vocab, layers=len(graph.layers), heads=spec.heads,
+                   inter=spec.intermediate, half_window=spec.half_window,
+                   norm_eps=spec.norm_eps, max_pos=graph.max_positions,
+                   head_layers=len(graph.head), head_heads=graph.head_heads, n_act=graph.n_act,
+                   global_layers=tuple(b.attention.is_global for b in graph.layers), qisa=qisa)
+
+    def as_dict(self) -> Dict[str, object]:
+        """The spec as the Cython boundary reads it."""
+        out: Dict[str, object] = {
+            "int8": int(self.int8), "d": self.d, "vocab": self.vocab, "layers": self.layers,
+            "heads": self.heads, "inter": self.inter, "half_window": self.half_window,
+            "norm_eps": self.norm_eps, "max_pos": self.max_pos, "head_layers": self.head_layers,
+            "head_heads": self.head_heads, "n_act": self.n_act,
+            "global_layers": [int(g) for g in self.global_layers],
+        }
+        if self.qisa is not None:
+            out["qisa"] = self.qisa
+        return out
 
 
 def cache_dir() -> str:
@@ -61,95 +116,59 @@ def fingerprint(path: str) -> str:
     return h.hexdigest()[:32]
 
 
-def spec_of(ck: Checkpoint, int8: bool = False) -> Dict[str, object]:
-    enc = ck.encoder
-    return {
-        "int8": int(int8),
-        "d": enc.hidden, "vocab": enc.vocab, "layers": enc.layers, "heads": enc.heads,
-        "inter": enc.intermediate, "half_window": enc.half_window, "norm_eps": enc.norm_eps,
-        "max_pos": max(MAX_POSITIONS, ck.config.max_len), "head_layers": ck.config.head_layers,
-        "head_heads": ck.head_heads, "n_act": ck.config.n_act,
-        "global_layers": [int(g) for g in enc.global_layers],
-    }
-
-
 def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
-             qpack: Optional[Callable[..., np.ndarray]] = None) -> List[Tuple[str, Callable[[], np.ndarray]]]:
+             qpack: Optional[Callable[..., np.ndarray]] = None) -> Entries:
     """(name, producer) for every array of the blob, producers called one at a time so the
     FP32 copies of the whole checkpoint never sit in memory together. With `qpack`, the encoder
-    and decision-head GEMM weights are packed as INT8; the scorer and act head stay FP32."""
-    w = ck.weights
-    enc = ck.encoder
-    out: List[Tuple[str, Callable[[], np.ndarray]]] = []
+    and decision-head GEMM weights are packed as INT8; the scorer and act head stay FP32.
 
-    def vec(name: str, key: str) -> None:
-        if key in w:
+    Entry names are the C model's fields (`forward.h`): `enc.{i}.` and `head.{j}.` followed by a
+    block's slot (kime.graph.Block), `.w`/`.b` for a norm's weight and bias, `.b` for a bias."""
+    graph, w = ck.graph, ck.weights
+    out: Entries = []
+
+    def vector(name: str, key: Optional[str]) -> None:
+        if key is not None:
             out.append((name, lambda: w.fresh(key)))
 
-    def mat(name: str, key: str, geglu: bool = False, fp32: bool = False) -> None:
-        packer = pack if (fp32 or qpack is None) else qpack
-        out.append((name, lambda: packer(w.fresh(key), geglu=geglu)))
+    def norm(name: str, part: Norm) -> None:
+        vector(name + ".w", part.weight)
+        vector(name + ".b", part.bias)
 
-    out.append(("tok_emb", lambda: w.raw("encoder.embeddings.tok_embeddings.weight").view(np.uint16)))
-    vec("emb_norm.w", "encoder.embeddings.norm.weight")
-    vec("emb_norm.b", "encoder.embeddings.norm.bias")
-    vec("final_norm.w", "encoder.final_norm.weight")
-    vec("final_norm.b", "encoder.final_norm.bias")
-    for i in range(enc.layers):
-        p, q = "encoder.layers.%d." % i, "enc.%d." % i
-        vec(q + "norm.w", p + "attn_norm.weight")
-        vec(q + "norm.b", p + "attn_norm.bias")
-        mat(q + "qkv", p + "attn.Wqkv.weight")
-        vec(q + "qkv.b", p + "attn.Wqkv.bias")
-        mat(q + "out", p + "attn.Wo.weight")
-        vec(q + "out.b", p + "attn.Wo.bias")
-        vec(q + "norm2.w", p + "mlp_norm.weight")
-        vec(q + "norm2.b", p + "mlp_norm.bias")
-        mat(q + "up", p + "mlp.Wi.weight", geglu=True)
-        vec(q + "up.b", p + "mlp.Wi.bias")
-        mat(q + "down", p + "mlp.Wo.weight")
-        vec(q + "down.b", p + "mlp.Wo.bias")
+    def matrix(name: str, part: Linear, packer: Callable[..., np.ndarray]) -> None:
+        out.append((name, lambda: packer(w.fresh(part.weight), geglu=part.geglu)))
+        vector(name + ".b", part.bias)
+
+    def block(prefix: str, layer: Block) -> None:
+        for slot, part in layer.parts():
+            if isinstance(part, Norm):
+                norm(prefix + slot, part)
+            else:
+                matrix(prefix + slot, part, qpack or pack)
+
     def rope(name: str, theta: float, which: int) -> None:
-        out.append((name, lambda: _rope(ck, theta)[which]))
+        out.append((name, lambda: rope_half_tables(graph.max_positions, graph.spec.head_dim,
+                                                   theta)[which]))
 
-    for theta, kind in ((enc.global_theta, "global"), (enc.local_theta, "local")):
+    out.append(("tok_emb", lambda: w.raw(graph.embedding).view(np.uint16)))
+    norm("emb_norm", graph.emb_norm)
+    norm("final_norm", graph.final_norm)
+    for i, layer in enumerate(graph.layers):
+        block("enc.%d." % i, layer)
+    for theta, kind in ((graph.spec.global_theta, "global"), (graph.spec.local_theta, "local")):
         rope("rope.cos_" + kind, theta, 0)
         rope("rope.sin_" + kind, theta, 1)
-    vec("type_emb", "type_emb.weight")
-    for j in range(ck.config.head_layers):
-        p, q = "head.layers.%d." % j, "head.%d." % j
-        vec(q + "norm.w", p + "norm1.weight")
-        vec(q + "norm.b", p + "norm1.bias")
-        mat(q + "qkv", p + "self_attn.in_proj_weight")
-        vec(q + "qkv.b", p + "self_attn.in_proj_bias")
-        mat(q + "out", p + "self_attn.out_proj.weight")
-        vec(q + "out.b", p + "self_attn.out_proj.bias")
-        vec(q + "norm2.w", p + "norm2.weight")
-        vec(q + "norm2.b", p + "norm2.bias")
-        mat(q + "up", p + "linear1.weight")
-        vec(q + "up.b", p + "linear1.bias")
-        mat(q + "down", p + "linear2.weight")
-        vec(q + "down.b", p + "linear2.bias")
-    vec("scorer.norm.w", "scorer.0.weight")
-    vec("scorer.norm.b", "scorer.0.bias")
-    mat("scorer.1", "scorer.1.weight", fp32=True)
-    vec("scorer.1.b", "scorer.1.bias")
-    out.append(("scorer.3", lambda: np.ascontiguousarray(w.fresh("scorer.3.weight")[0])))
-    vec("scorer.3.b", "scorer.3.bias")
-    mat("act.0", "act_head.0.weight", fp32=True)
-    vec("act.0.b", "act_head.0.bias")
-    mat("act.2", "act_head.2.weight", fp32=True)
-    vec("act.2.b", "act_head.2.bias")
+    vector("type_emb", graph.type_emb)
+    for j, layer in enumerate(graph.head):
+        block("head.%d." % j, layer)
+    scorer, act = graph.scorer, graph.act
+    norm("scorer.norm", scorer.norm)
+    matrix("scorer.1", scorer.hidden, pack)
+    out.append(("scorer.3", lambda: np.ascontiguousarray(w.fresh(scorer.out.weight)[0])))
+    vector("scorer.3.b", scorer.out.bias)
+    matrix("act.0", act.hidden, pack)
+    matrix("act.2", act.out, pack)
     return out
-
-
-def _rope(ck: Checkpoint, theta: float) -> Tuple[np.ndarray, np.ndarray]:
-    """[max_pos, hd/2] cos and sin tables in FP32, computed as transformers computes them."""
-    from .reference import rope_tables
-
-    hd = ck.encoder.head_dim
-    cos, sin = rope_tables(max(MAX_POSITIONS, ck.config.max_len), hd, theta)
-    return np.ascontiguousarray(cos[:, : hd // 2]), np.ascontiguousarray(sin[:, : hd // 2])
 
 
 def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
@@ -157,7 +176,7 @@ def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
     """The cache key. An INT8 pack is valid only for the kernel set (`qimpl`, qgemm's impl name)
     that made it, and the ISA alone does not fix that (the CPU's VNNI flavours and KIME_QGEMM
     choose between avx2, avxvnni and vnni512), so INT8 keys name it."""
-    from .. import __version__
+    from .._version import __version__
 
     if precision == "int8":
         if not qimpl:
@@ -236,25 +255,38 @@ def _read(path: str, key: str) -> Optional[Dict[str, np.ndarray]]:
         return None
 
 
+@dataclass(frozen=True)
+class Packed:
+    """A blob's arrays and where they came from."""
+
+    arrays: Dict[str, np.ndarray]
+    how: str
+    """`cache` (mapped from a file packed earlier) or `packed` (converted now)."""
+    path: Optional[str]
+    """The cache file the arrays are mapped from; None when they live in memory only (the cache
+    is off, or its directory could not be written)."""
+
+
 def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.ndarray],
                 use_cache: bool = True,
                 qpack: Optional[Callable[..., np.ndarray]] = None,
-                qisa: Optional[int] = None) -> Tuple[Dict[str, np.ndarray], str]:
-    """The blob for `ck` on `isa` (INT8 GEMM weights when `qpack` is given, packed for `qisa`,
-    the isa with its qgemm impl pinned): mapped from the cache, or packed now (and cached).
-    Returns (arrays, how) with how "cache" or "packed"."""
+                qisa: Optional[int] = None) -> Packed:
+    """The blob for `ck` on `isa`, mapped from the cache or packed now (and cached). With
+    `qpack` the GEMM weights are INT8, packed for `qisa`: the isa with its qgemm kernel set
+    pinned (`_qgemm.pin`), which names the cache file too."""
     qimpl = None
     if qpack is not None:
         from . import _qgemm
 
-        qisa = _qgemm.pin(isa) if qisa is None else qisa
+        if qisa is None:
+            raise ValueError("INT8 weights are packed for a pinned qgemm kernel set (qisa)")
         qimpl = _qgemm.impl_name(qisa)
     key = _key(ck, isa_name, "int8" if qpack is not None else "f32", qimpl)
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
         arrays = _read(path, key)
         if arrays is not None:
-            return arrays, "cache"
+            return Packed(arrays, "cache", path)
     entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu),
                        None if qpack is None else
                        lambda w, geglu=False: qpack(w, isa=qisa, geglu=geglu))
@@ -263,7 +295,7 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
             _write(path, key, entries)
             arrays = _read(path, key)
             if arrays is not None:
-                return arrays, "packed"
+                return Packed(arrays, "packed", path)
         except OSError:
             pass  # a read-only or full cache directory: run from memory instead
-    return {name: produce() for name, produce in entries}, "packed"
+    return Packed({name: produce() for name, produce in entries}, "packed", None)

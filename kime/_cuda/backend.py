@@ -4,28 +4,31 @@
 `Plan` per slot count (`layout.pick_cap`). A plan owns everything a batch touches: the device
 arena, sized once; the metadata buffer and its pinned host twin, filled by `Layout.fill` and
 uploaded with one copy; pinned buffers the logits and act probabilities come back through; and
-the forward pass lowered once into a flat list of kernel launches and GEMMs. With `graphs=True`
-(the default) the first batch of a plan runs that list eagerly, which also lets cuBLAS set up its
-workspace outside a capture, then captures it into a CUDA graph that every later batch replays:
-one launch per forward pass and no allocation. `graphs=False` runs the list eagerly every time;
+the forward pass, lowered once from the model graph (`kime.graph`) into a flat list of kernel
+launches and GEMMs. With `graphs=True` (the default) the first batch of a plan runs that list
+eagerly, which also lets cuBLAS set up its workspace outside a capture, then captures it into a
+CUDA graph that every later batch replays: one launch per forward pass and no allocation. `graphs=False` runs the list eagerly every time;
 both give the same bits (tests/cuda/test_backend.py).
 
 A plan fixes its slot count, so a batch that does not fill it is padded (layout.py): padding and
 gap slots are rows of their own that no real row can see, so a row's bits do not depend on what
 else the batch holds. Running out of device memory while building a plan splits the batch into
-smaller ones; it never falls back to the CPU.
+smaller ones; it never falls back to the CPU. `close()` frees the weights and plans and returns
+the memory to the device; a run after it raises `BackendError`.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple, Union
+import types
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
-from ..backend import Memory
+from ..backend import Device, Memory, Precision
 from ..batch import Batch, Outputs
 from ..buckets import BUCKETS, PRELOAD
-from ..checkpoint import ACT_HIDDEN, HEAD_NORM_EPS, Checkpoint
-from ..errors import BadOption, Unsupported
+from ..checkpoint import Checkpoint
+from ..errors import BackendError, BadOption, Unsupported
+from ..graph import Linear, Norm, rope_half_tables
 from .device import open_cupy
 from .gemm import Gemm, GemmCall
 from .kernels import Kernels, Launch
@@ -42,16 +45,6 @@ def toolkit(ordinal: int) -> Tuple[Any, Any]:
     from cupy_backends.cuda.libs import cublas  # type: ignore[import-not-found]
 
     return cupy, cublas
-
-
-def rope_half_tables(n: int, head_dim: int, theta: float) -> "tuple[np.ndarray, np.ndarray]":
-    """cos and sin [n, head_dim / 2] in FP32, computed as transformers (and the reference,
-    kime/_cpu/reference.py `rope_tables`) computes them; the second half of their tables repeats
-    the first, so the kernel reads this half for both."""
-    f32 = np.float32
-    inv_freq = f32(1.0) / (f32(theta) ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
-    freqs = np.arange(n, dtype=f32)[:, None] * inv_freq[None, :]
-    return np.ascontiguousarray(np.cos(freqs)), np.ascontiguousarray(np.sin(freqs))
 
 
 def sub_batch(batch: Batch, start: int, stop: int) -> Batch:
@@ -75,15 +68,14 @@ class Plan:
 
     def __init__(self, owner: "CudaBackend", cap: int):
         cp = owner.cupy
-        ck = owner.ck
-        enc = ck.encoder
-        d, inter = enc.hidden, enc.intermediate
+        graph = owner.graph
+        d, inter = graph.hidden, graph.spec.intermediate
         act = np.float16 if owner.half else np.float32
         self.owner = owner
         self.cap = cap
-        self.n_act = ck.config.n_act
+        self.n_act = graph.n_act
         rows = cap + SLACK
-        wide = max(3 * d, 2 * inter, 4 * d if ck.config.head_layers else 0)
+        wide = max(n for b in graph.blocks for n in (b.qkv.n_out, b.up.n_out))
         # Zeroed once: the slack rows the attention kernel may stage are finite.
         self.x = cp.zeros((rows, d), dtype=np.float32)
         self.h = cp.zeros((rows, d), dtype=act)
@@ -94,11 +86,12 @@ class Plan:
         self.logits = cp.zeros(cap, dtype=np.float32)
         self.act = cp.zeros((cap, self.n_act), dtype=np.float32)
         self.rope: Dict[float, Any] = {}
-        for theta in {enc.global_theta, enc.local_theta}:
-            cos, sin = rope_half_tables(cap, enc.head_dim, theta)
+        for theta in graph.rope_thetas():
+            cos, sin = rope_half_tables(cap, graph.spec.head_dim, theta)
             self.rope[theta] = (cp.asarray(cos), cp.asarray(sin))
-        self._device_arrays = [self.x, self.h, self.y, self.big, self.mid, self.meta, self.logits,
-                               self.act] + [a for pair in self.rope.values() for a in pair]
+        self.device_arrays = [self.x, self.h, self.y, self.big, self.mid, self.meta, self.logits,
+                              self.act] + [a for pair in self.rope.values() for a in pair]
+        """Every device buffer the plan owns (its weights are the backend's)."""
 
         self._pinned = [cp.cuda.alloc_pinned_memory(4 * n)
                         for n in (buffer_ints(cap), cap, cap * self.n_act)]
@@ -117,76 +110,71 @@ class Plan:
 
     @property
     def nbytes(self) -> int:
-        return sum(int(a.nbytes) for a in self._device_arrays) + sum(
+        return sum(int(a.nbytes) for a in self.device_arrays) + sum(
             int(p.size()) for p in self._pinned)
 
     def _lower(self) -> List[Op]:
-        """The forward pass as a flat list of launches, every address and size bound."""
+        """The forward pass as a flat list of launches, every address and size bound. Each norm
+        after the first is fused into the residual add before it (`add_norm`), so the lowering
+        looks one block ahead for the norm that opens it."""
         o = self.owner
-        ck, w, k, gemm = o.ck, o.weights, o.kernels, o.gemm
-        enc, cfg = ck.encoder, ck.config
-        d, inter, n = enc.hidden, enc.intermediate, self.cap
+        g, w, k, gemm = o.graph, o.weights, o.compiled, o.gemm
+        d, n = g.hidden, self.cap
         x, h, y, big, mid = self.x, self.h, self.y, self.big, self.mid
         f = self.fields
         ops: List[Op] = []
 
-        def mm(src: Any, weight: str, dst: Any, n_out: int, n_in: int) -> None:
-            ops.append(gemm.call(src, w[weight], dst, n, n_out, n_in, weight, o.gemm_rows))
+        def mm(src: Any, lin: Linear, dst: Any) -> None:
+            ops.append(gemm.call(src, w[lin.weight], dst, n, lin.n_out, lin.n_in, lin.weight,
+                                 o.gemm_rows))
 
-        e = "encoder."
-        ops.append(k.embed_norm(f["ids"], w[e + "embeddings.tok_embeddings.weight"],
-                                w[e + "embeddings.norm.weight"], w.get(e + "embeddings.norm.bias"),
-                                enc.norm_eps, n, d, x, h))
-        for i in range(enc.layers):
-            p = e + "layers.%d." % i
-            is_global = enc.global_layers[i]
-            cos, sin = self.rope[enc.global_theta if is_global else enc.local_theta]
-            mm(h, p + "attn.Wqkv.weight", big, 3 * d, d)
-            ops.append(k.rope(big, w.get(p + "attn.Wqkv.bias"), cos, sin, f["lo"], n, d,
-                              enc.head_dim))
-            ops.append(k.attention(big, f["lo"], f["hi"], n, d, enc.heads,
-                                   None if is_global else enc.half_window, h))
-            mm(h, p + "attn.Wo.weight", y, d, d)
-            ops.append(k.add_norm(x, y, w.get(p + "attn.Wo.bias"), w[p + "mlp_norm.weight"],
-                                  w.get(p + "mlp_norm.bias"), enc.norm_eps, n, d, h))
-            mm(h, p + "mlp.Wi.weight", big, 2 * inter, d)
-            ops.append(k.geglu(big, w.get(p + "mlp.Wi.bias"), n, inter, mid))
-            mm(mid, p + "mlp.Wo.weight", y, d, inter)
-            bias = w.get(p + "mlp.Wo.bias")
-            if i + 1 < enc.layers:
-                q = e + "layers.%d.attn_norm." % (i + 1)
-                ops.append(k.add_norm(x, y, bias, w[q + "weight"], w.get(q + "bias"),
-                                      enc.norm_eps, n, d, h))
+        def norm_args(norm: Optional[Norm]) -> Tuple[Any, Any, float]:
+            """weight, bias, eps; no norm is null pointers, which the kernel skips."""
+            if norm is None:
+                return None, None, 0.0
+            return w[norm.weight], w.get(norm.bias), norm.eps
+
+        ops.append(k.embed_norm(f["ids"], w[g.embedding], *norm_args(g.emb_norm), n, d, x, h))
+        for i, layer in enumerate(g.layers):
+            att = layer.attention
+            mm(h, layer.qkv, big)
+            assert att.theta is not None  # every encoder layer rotates q and k
+            cos, sin = self.rope[att.theta]
+            # The rope kernel adds the qkv bias too.
+            ops.append(k.rope(big, w.get(layer.qkv.bias), cos, sin, f["lo"], n, d, att.head_dim))
+            ops.append(k.attention(big, f["lo"], f["hi"], n, d, att.heads, att.half_window, h))
+            mm(h, layer.out, y)
+            ops.append(k.add_norm(x, y, w.get(layer.out.bias), *norm_args(layer.norm2), n, d, h))
+            mm(h, layer.up, big)
+            ops.append(k.geglu(big, w.get(layer.up.bias), n, layer.up.n_out // 2, mid))
+            mm(mid, layer.down, y)
+            bias = w.get(layer.down.bias)
+            if i + 1 < len(g.layers):
+                ops.append(k.add_norm(x, y, bias, *norm_args(g.layers[i + 1].norm), n, d, h))
             else:
-                first = "head.layers.0." if cfg.head_layers else None
-                ops.append(k.final_norm(
-                    x, y, bias, w[e + "final_norm.weight"], w.get(e + "final_norm.bias"),
-                    enc.norm_eps, w["type_emb.weight"], f["qtok"],
-                    w[first + "norm1.weight"] if first else None,
-                    w[first + "norm1.bias"] if first else None, HEAD_NORM_EPS, n, d, h))
-        for j in range(cfg.head_layers):
-            p = "head.layers.%d." % j
-            mm(h, p + "self_attn.in_proj_weight", big, 3 * d, d)
-            ops.append(k.bias_act(big, w[p + "self_attn.in_proj_bias"], n, 3 * d, relu=False))
-            ops.append(k.attention(big, f["lo"], f["hi"], n, d, ck.head_heads, None, h))
-            mm(h, p + "self_attn.out_proj.weight", y, d, d)
-            ops.append(k.add_norm(x, y, w[p + "self_attn.out_proj.bias"], w[p + "norm2.weight"],
-                                  w[p + "norm2.bias"], HEAD_NORM_EPS, n, d, h))
-            mm(h, p + "linear1.weight", big, 4 * d, d)
-            ops.append(k.bias_act(big, w[p + "linear1.bias"], n, 4 * d, relu=True))
-            mm(big, p + "linear2.weight", y, d, 4 * d)
-            nxt = "head.layers.%d." % (j + 1) if j + 1 < cfg.head_layers else None
-            ops.append(k.add_norm(x, y, w[p + "linear2.bias"],
-                                  w[nxt + "norm1.weight"] if nxt else None,
-                                  w[nxt + "norm1.bias"] if nxt else None, HEAD_NORM_EPS, n, d, h))
-        ops.append(k.gather_norm(x, f["mtok"], w["scorer.0.weight"], w["scorer.0.bias"],
-                                 HEAD_NORM_EPS, n, d, h))
-        mm(h, "scorer.1.weight", y, d, d)
-        ops.append(k.score(y, w["scorer.1.bias"], w["scorer.3.weight"], w["scorer.3.bias"], n, d,
-                           self.logits))
-        ops.append(k.act_head(x, self.logits, f["mcu"], f["rfirst"], w["act_head.0.weight"],
-                              w["act_head.0.bias"], w["act_head.2.weight"], w["act_head.2.bias"],
-                              n, d, ACT_HIDDEN, self.n_act, self.act))
+                first = g.head[0].norm if g.head else None
+                ops.append(k.final_norm(x, y, bias, *norm_args(g.final_norm), w[g.type_emb],
+                                        f["qtok"], *norm_args(first), n, d, h))
+        for j, layer in enumerate(g.head):
+            att = layer.attention
+            mm(h, layer.qkv, big)
+            ops.append(k.bias_act(big, w[layer.qkv.bias], n, layer.qkv.n_out, relu=False))
+            ops.append(k.attention(big, f["lo"], f["hi"], n, d, att.heads, att.half_window, h))
+            mm(h, layer.out, y)
+            ops.append(k.add_norm(x, y, w[layer.out.bias], *norm_args(layer.norm2), n, d, h))
+            mm(h, layer.up, big)
+            ops.append(k.bias_act(big, w[layer.up.bias], n, layer.up.n_out, relu=True))
+            mm(big, layer.down, y)
+            nxt = g.head[j + 1].norm if j + 1 < len(g.head) else None
+            ops.append(k.add_norm(x, y, w[layer.down.bias], *norm_args(nxt), n, d, h))
+        scorer, head = g.scorer, g.act
+        ops.append(k.gather_norm(x, f["mtok"], *norm_args(scorer.norm), n, d, h))
+        mm(h, scorer.hidden, y)
+        ops.append(k.score(y, w[scorer.hidden.bias], w[scorer.out.weight], w[scorer.out.bias], n,
+                           d, self.logits))
+        ops.append(k.act_head(x, self.logits, f["mcu"], f["rfirst"], w[head.hidden.weight],
+                              w[head.hidden.bias], w[head.out.weight], w[head.out.bias],
+                              n, d, head.hidden.n_out, self.n_act, self.act))
         return ops
 
     def forward(self) -> None:
@@ -232,7 +220,7 @@ class Plan:
 
 
 class CudaBackend:
-    """Laya's forward pass on GPU `ordinal` in `precision` `f16` (default) or `f32`.
+    """Laya's forward pass on GPU `ordinal` in `precision` `f16` (the default) or `f32`.
 
     `graphs=False` runs every batch eagerly (for tests and debugging); `attention` picks the
     attention kernel: `auto` (tensor cores where the device and head size allow), `mma` (insist
@@ -241,45 +229,47 @@ class CudaBackend:
     not depend on the plan it runs in even where cuBLAS picks kernels by shape (gemm.py).
     """
 
-    name = "cuda"
+    weights_from = "uploaded"
+    weights_file: Optional[str] = None
 
-    def __init__(self, ck: Checkpoint, ordinal: int = 0, precision: str = "f16",
-                 preload: bool = False, threads: int = 0, graphs: bool = True,
-                 attention: str = "auto", gemm_rows: Optional[int] = None):
-        if precision not in ("f16", "f32"):
-            raise Unsupported("precision=%r does not run on a GPU; use 'f16' (the default) or "
-                              "'f32'" % (precision,))
+    def __init__(self, ck: Checkpoint, ordinal: int = 0,
+                 precision: Union[Precision, str] = Precision.F16, preload: bool = False,
+                 threads: int = 0, graphs: bool = True, attention: str = "auto",
+                 gemm_rows: Optional[int] = None):
+        self.device = Device("cuda", ordinal)
+        self.precision = Precision.parse(precision).on(self.device)  # refuses int8
         if attention not in ("auto", "mma", "simple"):
             raise BadOption("attention=%r: use 'auto', 'mma' or 'simple'" % (attention,))
         cp, cublas = toolkit(ordinal)
         self.cupy = cp
-        self.ck = ck
+        self.graph = ck.graph
         self.ordinal = ordinal
-        self.precision = precision
-        self.half = precision == "f16"
+        self.half = self.precision is Precision.F16
         self.graphs = graphs
         self.gemm_rows = gemm_rows
         self.threads = threads
         self.max_batch_tokens = BUCKETS[-1]
+        self._closed = False
         self._device = cp.cuda.Device(ordinal)
         with self._device:
             props = cp.cuda.runtime.getDeviceProperties(ordinal)
             name = props.get("name", b"GPU")
             self.gpu_name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
             self.capability = (int(props["major"]), int(props["minor"]))
+            self.kernels = "sm_%d%d" % self.capability
             self.stream = cp.cuda.Stream(non_blocking=True)
             self.gemm = Gemm(cublas, self.stream.ptr, self.half)
             # On the plan stream: CuPy copies asynchronously on the current stream, and a
             # non-blocking stream does not wait for copies on the null stream.
             with self.stream:
                 self.weights = self._upload(ck)
-            head_dims = (ck.encoder.head_dim, ck.hidden // ck.head_heads)
-            self.kernels = Kernels(cp, self.half, head_dims, mma=attention != "simple",
-                                   mma_ok=self.capability >= (8, 0))
-        if attention == "mma" and not self.kernels.use_mma:
+            head_dims = sorted({b.attention.head_dim for b in self.graph.blocks})
+            self.compiled = Kernels(cp, self.half, head_dims, mma=attention != "simple",
+                                    mma_ok=self.capability >= (8, 0))
+        if attention == "mma" and not self.compiled.use_mma:
             raise Unsupported("attention='mma' needs precision='f16' and a GPU of compute "
                               "capability 8.0 or newer; this is %s (sm_%d%d) in %s"
-                              % ((self.gpu_name,) + self.capability + (precision,)))
+                              % ((self.gpu_name,) + self.capability + (str(self.precision),)))
         self._plans: Dict[int, Plan] = {}
         self._oom_cap: Optional[int] = None
         if preload:
@@ -297,8 +287,27 @@ class CudaBackend:
 
     # --- plans ---------------------------------------------------------------------------------
 
+    @property
+    def plans(self) -> Mapping[int, Plan]:
+        """The plans built so far, by slot count (read-only)."""
+        return types.MappingProxyType(self._plans)
+
+    @property
+    def oom_cap(self) -> Optional[int]:
+        """The smallest slot count whose plan ran out of device memory: batches that would need
+        a plan this large are split instead. None until that happens."""
+        return self._oom_cap
+
+    def prepare(self, tokens: int) -> None:
+        cap = pick_cap(tokens)
+        if cap not in self._plans:
+            self.warm(cap)
+
     def plan(self, cap: int) -> Plan:
         """The plan of `cap` slots, built on first use."""
+        if self._closed:
+            raise BackendError("the CUDA backend on cuda:%d was closed (its weights and plans "
+                               "are freed); load the model again to run it" % self.ordinal)
         plan = self._plans.get(cap)
         if plan is None:
             with self._device:
@@ -321,6 +330,17 @@ class CudaBackend:
     def run(self, batch: Batch) -> Outputs:
         with self._device, self.stream:
             return self._run(batch)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._device:
+            self.stream.synchronize()  # nothing in flight may read what is freed below
+            self._plans.clear()
+            self.weights.free()
+            self.cupy.get_default_memory_pool().free_all_blocks()
+            self.cupy.get_default_pinned_memory_pool().free_all_blocks()
 
     def _run(self, batch: Batch) -> Outputs:
         cap = pick_cap(aligned_tokens(batch))
@@ -359,7 +379,7 @@ class CudaBackend:
     def describe(self) -> str:
         numerics = ("FP16 weights and activations, FP32 accumulation" if self.half
                     else "FP32, TF32 off")
-        attention = "tensor-core attention" if self.kernels.use_mma else "FP32-math attention"
+        attention = "tensor-core attention" if self.compiled.use_mma else "FP32-math attention"
         failed = sorted({p.graph_error for p in self._plans.values() if p.graph_error})
         if not self.graphs:
             graphs = "no CUDA graphs"

@@ -1,5 +1,6 @@
-// kime's CUDA kernels: everything of the Laya forward pass that is not a GEMM (DESIGN.md, "The
-// forward pass"; the NumPy oracle is kime/_cpu/reference.py).
+// kime's CUDA kernels: everything of the Laya forward pass that is not a GEMM (kime/graph.py's
+// module docstring describes the computation step by step; the NumPy oracle is
+// kime/_cpu/reference.py).
 //
 // Self-contained on purpose: no #include, so NVRTC compiles it without CUDA headers (a CuPy wheel
 // on a machine without the CUDA toolkit has none), and a CPU-only machine can compile it to catch

@@ -149,10 +149,15 @@ class FakeCupy:
         return np.array(array).view(DevArray)
 
     def get_default_memory_pool(self) -> Any:
-        class _Pool:
-            def free_all_blocks(self) -> None:
-                pass
         return _Pool()
+
+    def get_default_pinned_memory_pool(self) -> Any:
+        return _Pool()
+
+
+class _Pool:
+    def free_all_blocks(self) -> None:
+        pass
 
 
 class FakeLaunch:
@@ -253,7 +258,10 @@ class FakeKernels:
 
 
 class FakeGemm:
-    """`kime._cuda.gemm.Gemm` as a NumPy matmul: FP32 accumulation, output in the buffer's type."""
+    """`kime._cuda.gemm.Gemm` as a NumPy matmul in float64, output in the buffer's type. Float64,
+    like every kernel reference here: BLAS may block a float32 product differently for another
+    batch size (OpenBLAS's Haswell kernel does), which moved a row's logits by 1.5e-6 between a
+    batch and the row alone; in float64 that stays below float32's precision."""
 
     def __init__(self, cublas: Any, stream_ptr: int, half: bool, cupy: Optional[FakeCupy] = None):
         self.cupy = cupy
@@ -261,7 +269,7 @@ class FakeGemm:
 
     def call(self, x, w, y, m, n, k, name, chunk=None):
         def run() -> None:
-            a = _rows(x, m, k).astype(np.float32)
-            b = _rows(w, n, k).astype(np.float32)
+            a = _rows(x, m, k).astype(np.float64)
+            b = _rows(w, n, k).astype(np.float64)
             _rows(y, m, n)[:] = a @ b.T
         return FakeLaunch(self.cupy, "gemm " + name, run)  # type: ignore[arg-type]

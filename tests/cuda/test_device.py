@@ -9,8 +9,13 @@ import warnings
 import pytest
 
 import kime
-from kime import backend
+from kime import errors, factory
 from kime._cuda import device
+from kime.backend import Device, Precision
+from kime.factory import Target
+
+CPU = Device("cpu")
+F16 = Precision.F16
 
 
 class _RuntimeError(Exception):
@@ -40,7 +45,7 @@ def _stand_in(monkeypatch, cupy=None, error=None):
 
 def test_no_cupy_is_its_own_error_and_auto_runs_on_the_cpu(monkeypatch, tiny_path):
     _stand_in(monkeypatch, error=ModuleNotFoundError("No module named 'cupy'", name="cupy"))
-    with pytest.raises(backend.CupyMissing, match="pip install 'kime\\[cuda\\]'") as info:
+    with pytest.raises(errors.CupyMissing, match="pip install 'kime\\[cuda\\]'") as info:
         kime.Kime(str(tiny_path), device="cuda")
     assert isinstance(info.value, kime.Unsupported) and "device='cuda:0'" in str(info.value)
     with warnings.catch_warnings():
@@ -51,17 +56,17 @@ def test_no_cupy_is_its_own_error_and_auto_runs_on_the_cpu(monkeypatch, tiny_pat
 
 def test_cupy_for_another_cuda_major(monkeypatch):
     _stand_in(monkeypatch, cupy=_fake_cupy(status=35, driver=11040, runtime=12090))
-    with pytest.raises(backend.CudaMismatch) as info:
-        backend.check_options("cuda", None, 0)
+    with pytest.raises(errors.CudaMismatch) as info:
+        factory.check_options("cuda", None, 0)
     text = str(info.value)
     assert "CUDA 12.9" in text and "up to 11.4" in text and "cupy-cuda12x" in text
-    assert backend.resolve_auto("f16") == "cpu"
+    assert factory.resolve_auto(F16) == CPU
 
 
 def test_cupy_that_does_not_load_its_cuda_libraries(monkeypatch):
     _stand_in(monkeypatch, error=ImportError("libcudart.so.13: cannot open shared object file"))
-    with pytest.raises(backend.CudaMismatch, match="libcudart.so.13"):
-        backend.check_options("cuda:0", "f16", 0)
+    with pytest.raises(errors.CudaMismatch, match="libcudart.so.13"):
+        factory.check_options("cuda:0", "f16", 0)
 
 
 @pytest.mark.parametrize("fake", [_fake_cupy(count=0), _fake_cupy(status=100),
@@ -69,36 +74,39 @@ def test_cupy_that_does_not_load_its_cuda_libraries(monkeypatch):
                          ids=["no-device", "cuda-no-device", "no-driver"])
 def test_no_gpu(monkeypatch, fake):
     _stand_in(monkeypatch, cupy=fake)
-    with pytest.raises(backend.NoGpu, match="device='cpu'"):
-        backend.check_options("cuda", None, 0)
-    assert backend.resolve_auto("f16") == "cpu"
+    with pytest.raises(errors.NoGpu, match="device='cpu'"):
+        factory.check_options("cuda", None, 0)
+    assert factory.resolve_auto(F16) == CPU
 
 
 def test_bad_ordinal_names_the_gpus_there_are(monkeypatch):
     _stand_in(monkeypatch, cupy=_fake_cupy(count=2))
-    with pytest.raises(backend.BadDeviceOrdinal, match="2 GPUs \\(cuda:0 to cuda:1\\)") as info:
-        backend.check_options("cuda:2", None, 0)
+    with pytest.raises(errors.BadDeviceOrdinal, match="2 GPUs \\(cuda:0 to cuda:1\\)") as info:
+        factory.check_options("cuda:2", None, 0)
     assert isinstance(info.value, kime.BadOption) and isinstance(info.value, kime.Unsupported)
-    assert backend.check_options("cuda:1", None, 0) == ("cuda", 1, "f16")
+    assert factory.check_options("cuda:1", None, 0) == Target(Device("cuda", 1), F16)
 
 
 def test_old_cupy_is_refused(monkeypatch):
     _stand_in(monkeypatch, cupy=_fake_cupy(version="12.3.0"))
-    with pytest.raises(backend.CudaMismatch, match="too old"):
-        backend.check_options("cuda", None, 0)
+    with pytest.raises(errors.CudaMismatch, match="too old"):
+        factory.check_options("cuda", None, 0)
 
 
 def test_int8_does_not_run_on_a_gpu(monkeypatch):
     _stand_in(monkeypatch, cupy=_fake_cupy())
     with pytest.raises(kime.Unsupported, match="int8"):
-        backend.check_options("cuda", "int8", 0)
-    assert backend.resolve_auto("int8") == "cpu"
-    assert backend.resolve_auto("f16") == "cuda"
+        factory.check_options("cuda", "int8", 0)
+    assert factory.resolve_auto(Precision.INT8) == CPU
+    assert factory.resolve_auto(F16) == Device("cuda", 0)
 
 
 def test_cpu_never_asks_for_cupy(monkeypatch):
     _stand_in(monkeypatch, error=AssertionError("device='cpu' must not import CuPy"))
-    assert backend.check_options("cpu", "f16", 1) == ("cpu", 0, "f16")
+    assert factory.check_options("cpu", None, 1) == Target(CPU, Precision.F32)
+    assert factory.check_options("cpu", "int8", 1) == Target(CPU, Precision.INT8)
+    with pytest.raises(kime.Unsupported, match="f16"):  # no FP16 kernels on the CPU
+        factory.check_options("cpu", "f16", 1)
 
 
 def test_import_kime_does_not_import_cupy():
@@ -114,8 +122,8 @@ def test_import_kime_does_not_import_cupy():
 
 def test_a_real_bad_ordinal(gpu):
     count = gpu.cuda.runtime.getDeviceCount()
-    with pytest.raises(backend.BadDeviceOrdinal):
-        backend.check_options("cuda:%d" % count, None, 0)
+    with pytest.raises(errors.BadDeviceOrdinal):
+        factory.check_options("cuda:%d" % count, None, 0)
 
 
 def test_auto_picks_the_gpu(gpu, tiny_path):

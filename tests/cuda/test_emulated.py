@@ -11,10 +11,13 @@ import pytest
 
 from kime._cpu.reference import ReferenceModel
 from kime._cuda import backend as cuda_backend
+from kime.backend import Device, Memory, Precision
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
+from kime.errors import BackendError
 
 from ..test_golden import DATA, GOLDENS
+from ..tolerances import FP16, FP32
 from .emulator import FakeCupy, FakeGemm, FakeKernels
 
 
@@ -54,8 +57,8 @@ def test_emulated_fp32_matches_the_reference(checkpoint, emulated):
     batch = _batch(checkpoint, LENGTHS, 0)
     got = backend.run(batch)
     want = ReferenceModel(checkpoint).run(batch)
-    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(got.act, want.act, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got.logits, want.logits, **FP32.logits.kw)
+    np.testing.assert_allclose(got.act, want.act, **FP32.probs.kw)
 
 
 def test_emulated_fp16_is_close_to_the_reference(checkpoint, emulated):
@@ -63,8 +66,8 @@ def test_emulated_fp16_is_close_to_the_reference(checkpoint, emulated):
     batch = _batch(checkpoint, LENGTHS, 1)
     got = backend.run(batch)
     want = ReferenceModel(checkpoint).run(batch)
-    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=5e-2)
-    np.testing.assert_allclose(got.act, want.act, rtol=0, atol=6e-3)
+    np.testing.assert_allclose(got.logits, want.logits, **FP16.logits.kw)
+    np.testing.assert_allclose(got.act, want.act, **FP16.probs.kw)
 
 
 def test_graph_replay_matches_eager_runs(checkpoint, emulated):
@@ -75,7 +78,7 @@ def test_graph_replay_matches_eager_runs(checkpoint, emulated):
         a, b = eager.run(batch), graphed.run(batch)
         np.testing.assert_array_equal(a.logits, b.logits)
         np.testing.assert_array_equal(a.act, b.act)
-    plan = graphed._plans[288]
+    plan = graphed.plans[288]
     assert plan.graph is not None and plan.graph.launches == 3 and plan.graph_error is None
     assert "CUDA graphs" in graphed.describe()
 
@@ -88,8 +91,8 @@ def test_a_row_alone_and_in_a_batch_agree(checkpoint, emulated):
     for r in range(batch.rows):
         alone = backend.run(cuda_backend.sub_batch(batch, r, r + 1))
         np.testing.assert_allclose(alone.logits, logits[batch.mcu[r]:batch.mcu[r + 1]],
-                                   rtol=0, atol=1e-6)
-        np.testing.assert_allclose(alone.act[0], act[r], rtol=0, atol=1e-7)
+                                   **FP32.batch_logits.kw)
+        np.testing.assert_allclose(alone.act[0], act[r], **FP32.batch_act.kw)
 
 
 def test_out_of_memory_splits_the_batch(checkpoint, emulated):
@@ -99,10 +102,10 @@ def test_out_of_memory_splits_the_batch(checkpoint, emulated):
     backend = emulated(checkpoint, graphs=False, limit=limit)
     batch = _batch(checkpoint, [150, 150, 120], 3)
     got = backend.run(batch)
-    assert backend._oom_cap == 576 and set(backend._plans) == {288}
+    assert backend.oom_cap == 576 and set(backend.plans) == {288}
     want = ReferenceModel(checkpoint).run(batch)
-    np.testing.assert_allclose(got.logits, want.logits, rtol=0, atol=1e-4)
-    np.testing.assert_allclose(got.act, want.act, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(got.logits, want.logits, **FP32.logits.kw)
+    np.testing.assert_allclose(got.act, want.act, **FP32.probs.kw)
     too_long = _batch(checkpoint, [400], 4)
     with pytest.raises(Exception, match="out of memory for a single row"):
         backend.run(too_long)
@@ -113,6 +116,28 @@ def test_memory_counts_weights_and_plans(checkpoint, emulated):
     assert backend.memory().plans == 0 and backend.memory().weights > 0
     backend.run(_batch(checkpoint, [20], 5))
     assert backend.memory().plans > 0
+
+
+def test_close_frees_weights_and_plans_and_refuses_to_run(checkpoint, emulated):
+    backend = emulated(checkpoint)
+    batch = _batch(checkpoint, [20], 5)
+    backend.run(batch)
+    backend.close()
+    assert backend.memory() == Memory(weights=0, plans=0) and not backend.plans
+    with pytest.raises(BackendError, match="closed"):
+        backend.run(batch)
+    with pytest.raises(BackendError, match="closed"):
+        backend.prepare(20)
+    backend.close()  # closing twice is fine
+
+
+def test_prepare_builds_the_plan_a_batch_needs(checkpoint, emulated):
+    backend = emulated(checkpoint)
+    backend.prepare(20)
+    assert set(backend.plans) == {288} and backend.plans[288].graph is not None
+    assert backend.device == Device("cuda", 0) and backend.precision is Precision.F32
+    assert backend.kernels == "sm_90" and backend.weights_from == "uploaded"
+    assert backend.weights_file is None and backend.max_batch_tokens > 0
 
 
 def test_gemm_slices_cover_every_row_once():

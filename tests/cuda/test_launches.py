@@ -60,7 +60,7 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
     plan = backend.plan(288)
     act = np.float16 if backend.half else np.float32
     pointers = {"float": np.float32, "int": np.int32, "act_t": act, "half_t": np.float16}
-    arrays: List[Any] = list(backend.weights._arrays.values()) + plan._device_arrays
+    arrays: List[Any] = list(backend.weights.arrays.values()) + plan.device_arrays
     spans = [(a.data.ptr, a.data.ptr + a.nbytes, a.dtype) for a in arrays]
 
     def dtype_at(address: int) -> Any:
@@ -72,7 +72,7 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
     d, cap = checkpoint.hidden, plan.cap
     launches = [op for op in plan.ops if isinstance(op, Launch)]
     names = {op.name.split("<")[0] for op in launches}
-    assert names == set(signatures) - {"attention_simple" if backend.kernels.use_mma
+    assert names == set(signatures) - {"attention_simple" if backend.compiled.use_mma
                                        else "attention_mma"}
     for op in launches:
         params = signatures[op.name.split("<")[0]]

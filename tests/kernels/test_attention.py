@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits
+from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _attention, reference
 
-TOL = {"rtol": 1e-5, "atol": 1e-5}
-ROPE_TOL = {"rtol": 1e-6, "atol": 1e-6}
+from ..tolerances import FP32
+
 WINDOWS = [0, 1, 4, 64, 1000, -1]
 
 
@@ -84,7 +84,8 @@ def test_attention_mixed_rows(isa, hd, half_window):
     cu = bounds(lens)
     qkv = random_qkv(lens, H, hd, seed=hd + half_window)
     out = _attention.attention(qkv, cu, H, hd, half_window)
-    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window), **TOL)
+    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window),
+                               **FP32.attention.kw)
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -96,7 +97,8 @@ def test_attention_random_shapes(isa, seed):
     cu = bounds(lens)
     qkv = random_qkv(lens, H, hd, seed)
     out = _attention.attention(qkv, cu, H, hd, half_window)
-    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window), **TOL)
+    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window),
+                               **FP32.attention.kw)
 
 
 @pytest.mark.parametrize("hd", [2, 7, 128])
@@ -106,13 +108,14 @@ def test_attention_any_head_dim(isa, hd):
     qkv = random_qkv(lens, H, hd, seed=hd)
     for half_window in (-1, 3):
         out = _attention.attention(qkv, cu, H, hd, half_window)
-        np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window), **TOL)
+        np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window),
+                               **FP32.attention.kw)
 
 
 @pytest.mark.parametrize("half_window", [-1, 5])
 def test_attention_sharp_softmax_as_accurate_as_oracle(isa, half_window):
     """Scores with a standard deviation of 36 (most weights underflow FP32): FP32 itself limits the
-    accuracy, so the kernel must do as well as the FP32 oracle, not meet TOL."""
+    accuracy, so the kernel must do as well as the FP32 oracle, not meet FP32.attention."""
     n, H, hd = 200, 4, 64
     qkv = random_qkv([n], H, hd, seed=1, scale=6.0)
     expected = attention_reference(qkv, bounds([n]), H, hd, half_window)
@@ -128,7 +131,7 @@ def test_attention_strided_out_and_empty_rows(isa):
     qkv = random_qkv(lens, H, hd, seed=3)
     buffer = np.full((qkv.shape[0], H * hd + 7), np.nan, dtype=np.float32)
     out = _attention.attention(qkv, cu, H, hd, 4, out=buffer[:, 3:3 + H * hd])
-    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, 4), **TOL)
+    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, 4), **FP32.attention.kw)
     assert np.isnan(buffer[:, :3]).all() and np.isnan(buffer[:, 3 + H * hd:]).all()
 
 
@@ -162,7 +165,7 @@ def test_rope_matches_reference():
     for threads in (1, 2):
         x = qkv.copy()
         _attention.rope(x, cu, H, hd, cos, sin, threads=threads)
-        np.testing.assert_allclose(x, expected, **ROPE_TOL)
+        np.testing.assert_allclose(x, expected, **FP32.rope.kw)
         np.testing.assert_array_equal(x[:, 2 * H * hd:], qkv[:, 2 * H * hd:])  # v untouched
 
 
@@ -183,9 +186,9 @@ def test_matches_model_oracle(isa, hd, half_window, theta):
         full_cos, full_sin = reference.rope_tables(n, hd, theta)
         q, k = (reference.apply_rope(part, full_cos, full_sin) for part in (q, k))
         roped = np.concatenate([q, k]).transpose(1, 0, 2).reshape(n, 2 * H * hd)
-        np.testing.assert_allclose(x[a:b, :2 * H * hd], roped, **ROPE_TOL)
+        np.testing.assert_allclose(x[a:b, :2 * H * hd], roped, **FP32.rope.kw)
         expected = reference.attention(q, k, v, None if half_window < 0 else half_window)
-        np.testing.assert_allclose(out[a:b], expected, **TOL)
+        np.testing.assert_allclose(out[a:b], expected, **FP32.attention.kw)
 
 
 def test_rejects_bad_arguments():

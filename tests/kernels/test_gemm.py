@@ -14,6 +14,8 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _gemm
 
+from ..tolerances import FP32
+
 ISAS = list(range(_gemm.isa_detect() + 1))
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [1, 2, 7, 13, 64, 333]
@@ -53,7 +55,7 @@ def expected(x: np.ndarray, mag: np.ndarray, epilogue: str,
 
 
 def check(got: np.ndarray, want: np.ndarray, mag: np.ndarray, K: int, what: str) -> None:
-    tol = 1e-5 * np.abs(want) + 1e-6 * math.sqrt(K) * mag + 1e-30
+    tol = FP32.gemm.rtol * np.abs(want) + FP32.gemm.atol * math.sqrt(K) * mag + 1e-30
     err = np.abs(got.astype(np.float64) - want)
     bad = err > tol
     assert not bad.any(), f"{what}: {bad.sum()} elements off, worst {(err / tol).max():.2f}x tol"
@@ -101,7 +103,7 @@ def test_gelu_epilogue_is_erf_exact(isa: int) -> None:
     got = _gemm.gemm(A, _gemm.pack(np.ones((3, 1), np.float32), isa=isa), 3, 1,
                      epilogue="gelu", isa=isa)
     want = gelu64(A[:, 0].astype(np.float64))
-    tol = 3 * 2.0 ** -24 * np.abs(want) + 2.0 ** -24 * np.abs(x) + 1e-45
+    tol = FP32.gelu_epilogue.rtol * np.abs(want) + FP32.gelu_epilogue.atol * np.abs(x) + 1e-45
     for j in range(3):
         assert (np.abs(got[:, j] - want) <= tol).all()
     one = _gemm.pack(np.ones((1, 1), np.float32), isa=isa)

@@ -18,6 +18,8 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _qgemm
 
+from ..tolerances import INT8
+
 IMPLS = ["portable", "avx2", "avxvnni", "vnni512"]
 SIMD_IMPLS = IMPLS[1:]
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
@@ -156,15 +158,17 @@ def test_dequantized_close_to_fp32(impl: int) -> None:
                 _, sa = quantize(A)
                 _, sw = quantize(W)
                 deq = int_reference(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
-                assert np.allclose(got, deq, rtol=1e-6, atol=1e-6 * np.abs(deq).max())
+                assert np.allclose(got, deq, rtol=INT8.dequant.rtol,
+                                   atol=INT8.dequant.atol * np.abs(deq).max())
                 exact = A.astype(np.float64) @ W.T.astype(np.float64)
                 # per-element rounding error of each factor is at most scale/2
                 bound = (np.abs(A).max(1)[:, None] / 254 * np.abs(W).sum(1)[None, :]
                          + np.abs(W).max(1)[None, :] / 254 * np.abs(A).sum(1)[:, None]
                          + (np.abs(A).max(1)[:, None] * np.abs(W).max(1)[None, :]) / 254**2 * K)
-                assert (np.abs(got - exact) <= bound * 1.001 + 1e-5).all()
+                slack = INT8.rounding_slack
+                assert (np.abs(got - exact) <= bound * (1 + slack.rtol) + slack.atol).all()
                 rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
-                assert rel < 0.02, rel
+                assert rel < INT8.gemm_relative.rtol, rel
 
 
 def expected(x: np.ndarray, epilogue: str, C0: np.ndarray) -> np.ndarray:
@@ -205,7 +209,8 @@ def test_epilogues(impl: int, epilogue: str) -> None:
                     scale = np.abs(x).max() + (np.abs(C0).max() if epilogue == "accum" else 0)
                     if geglu:
                         scale = scale * scale
-                    assert np.allclose(got, want, rtol=1e-5, atol=1e-5 * scale), \
+                    assert np.allclose(got, want, rtol=INT8.epilogue.rtol,
+                                       atol=INT8.epilogue.atol * scale), \
                         (epilogue, b is not None, M, K, N)
 
 

@@ -1,4 +1,5 @@
-/* The Laya forward pass over packed rows (see forward.h and DESIGN.md, "The forward pass").
+/* The Laya forward pass over packed rows (see forward.h; kime/graph.py's module docstring is the
+ * one description of the computation, step by step).
  *
  * GEMMs, RoPE and attention are the kernels of kernels.h; the small per-token ops live here.
  * Every loop splits work over tokens, rows or columns and reduces in a fixed order, so a row's
@@ -11,8 +12,7 @@
 #include "kernels.h"
 #include "qgemm.h"
 
-#define HEAD_EPS 1e-5f
-#define ACT_HIDDEN 256
+#define HEAD_EPS 1e-5f /* graph.HEAD_NORM_EPS: the decision head's and the scorer's norms */
 
 static inline float half_to_float(uint16_t bits) {
     uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
@@ -71,8 +71,8 @@ static inline void norm_row(const float *x, float *y, int d, const float *w, con
     }
 }
 
-static void layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
-                       float eps, int nthreads) {
+void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
+                     float eps, int nthreads) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)
 #endif
@@ -112,7 +112,7 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
     int d = m->d, hd = d / m->heads;
     const float *in = a->x;
     if (L->norm_w) {
-        layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, m->norm_eps, nthreads);
+        kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, m->norm_eps, nthreads);
         in = a->h;
     }
     linear(m, a, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
@@ -121,7 +121,7 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
     kime_attention(a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window, a->attn, d,
                    a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
-    layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
+    kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
     linear(m, a, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,
            nthreads);
     linear(m, a, a->ffn, m->inter, n, m->inter, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
@@ -132,19 +132,18 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
 static void head_layer(const kime_model *m, const kime_arena *a, const kime_layer *L,
                        const int32_t *cu, int rows, int n, int nthreads) {
     int d = m->d;
-    layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
+    kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
     linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
     kime_attention(a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, a->attn, d,
                    a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
-    layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
+    kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
     linear(m, a, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
     linear(m, a, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d, nthreads);
 }
 
-/* The act head's four answer features: top1, top1 - top2, normalised entropy, k / 255. */
-static void act_features(const float *logits, int k, float *out) {
-    float mx = logits[0];
+void kime_act_features(const float *logits, int k, float *out) {
+    float mx = k > 0 ? logits[0] : 0.f; /* a row without options reads no logit */
     for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
     float sum = 0.f, top1 = 0.f, top2 = 0.f, ent = 0.f;
     for (int j = 0; j < k; j++) sum += expf(logits[j] - mx);
@@ -165,6 +164,28 @@ static void act_features(const float *logits, int k, float *out) {
     out[3] = kk / 255.0f;
 }
 
+void kime_act_head(int isa, const float *x, const int32_t *cu, int rows, int d,
+                   const float *logits, const int32_t *mcu, const float *w0, const float *b0,
+                   const float *w2, const float *b2, int n_act, float *act_in, float *act_h,
+                   float *gemm_scratch, float *act, int nthreads) {
+    int din = d + 4;
+    for (int r = 0; r < rows; r++) {
+        float *in = act_in + (size_t)r * din;
+        memcpy(in, x + (size_t)cu[r] * d, d * sizeof(float));
+        kime_act_features(logits + mcu[r], mcu[r + 1] - mcu[r], in + d);
+    }
+    kime_gemm(isa, act_in, din, rows, din, KIME_ACT_HIDDEN, w0, b0, KIME_EPI_GELU, act_h,
+              KIME_ACT_HIDDEN, gemm_scratch, nthreads);
+    kime_gemm(isa, act_h, KIME_ACT_HIDDEN, rows, KIME_ACT_HIDDEN, n_act, w2, b2, KIME_EPI_STORE,
+              act, n_act, gemm_scratch, nthreads);
+    for (int r = 0; r < rows; r++) {
+        float *row = act + (size_t)r * n_act, mx = row[0], sum = 0.f;
+        for (int i = 1; i < n_act; i++) mx = row[i] > mx ? row[i] : mx;
+        for (int i = 0; i < n_act; i++) sum += (row[i] = expf(row[i] - mx));
+        for (int i = 0; i < n_act; i++) row[i] /= sum;
+    }
+}
+
 int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
                  int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
                  float *logits, float *act, int nthreads) {
@@ -177,7 +198,7 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, c
 
     embed(m, ids, n, a->x, a->h, nthreads);
     for (int i = 0; i < m->layers; i++) encoder_layer(m, a, &m->enc[i], cu, rows, n, nthreads);
-    layer_norm(a->x, a->x, n, d, m->final_norm_w, m->final_norm_b, m->norm_eps, nthreads);
+    kime_layer_norm(a->x, a->x, n, d, m->final_norm_w, m->final_norm_b, m->norm_eps, nthreads);
 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)
@@ -195,7 +216,7 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, c
     for (int r = 0; r < rows; r++)
         for (int j = mcu[r]; j < mcu[r + 1]; j++)
             memcpy(a->m + (size_t)j * d, a->x + (size_t)(cu[r] + markers[j]) * d, d * sizeof(float));
-    layer_norm(a->m, a->m2, n_markers, d, m->sc_norm_w, m->sc_norm_b, HEAD_EPS, nthreads);
+    kime_layer_norm(a->m, a->m2, n_markers, d, m->sc_norm_w, m->sc_norm_b, HEAD_EPS, nthreads);
     kime_gemm(m->isa, a->m2, d, n_markers, d, d, m->sc1, m->sc1_b, KIME_EPI_GELU, a->m, d,
               a->gemm_scratch, nthreads);
     for (int j = 0; j < n_markers; j++) {
@@ -205,22 +226,7 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, c
         logits[j] = s + m->sc3_b;
     }
 
-    /* Act head on [first token, answer features]. */
-    int din = d + 4;
-    for (int r = 0; r < rows; r++) {
-        float *in = a->act_in + (size_t)r * din;
-        memcpy(in, a->x + (size_t)cu[r] * d, d * sizeof(float));
-        act_features(logits + mcu[r], mcu[r + 1] - mcu[r], in + d);
-    }
-    kime_gemm(m->isa, a->act_in, din, rows, din, ACT_HIDDEN, m->act0, m->act0_b, KIME_EPI_GELU,
-              a->act_h, ACT_HIDDEN, a->gemm_scratch, nthreads);
-    kime_gemm(m->isa, a->act_h, ACT_HIDDEN, rows, ACT_HIDDEN, m->n_act, m->act2, m->act2_b,
-              KIME_EPI_STORE, act, m->n_act, a->gemm_scratch, nthreads);
-    for (int r = 0; r < rows; r++) {
-        float *row = act + (size_t)r * m->n_act, mx = row[0], sum = 0.f;
-        for (int i = 1; i < m->n_act; i++) mx = row[i] > mx ? row[i] : mx;
-        for (int i = 0; i < m->n_act; i++) sum += (row[i] = expf(row[i] - mx));
-        for (int i = 0; i < m->n_act; i++) row[i] /= sum;
-    }
+    kime_act_head(m->isa, a->x, cu, rows, d, logits, mcu, m->act0, m->act0_b, m->act2, m->act2_b,
+                  m->n_act, a->act_in, a->act_h, a->gemm_scratch, act, nthreads);
     return 0;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #define KIME_MAX_LAYERS 64
+#define KIME_ACT_HIDDEN 256 /* graph.ACT_HIDDEN: Linear(d + 4, 256) -> GELU -> Linear(256, n_act) */
 
 typedef struct {
     const float *norm_w, *norm_b; /* pre-norm (NULL norm_w: identity, layer 0 of the encoder) */
@@ -56,5 +57,26 @@ typedef struct {
 int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
                  int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
                  float *logits, float *act, int nthreads);
+
+/* The per-token pieces of kime_forward, exported so each has a kernel test of its own
+ * (_forward.pyx's test wrappers); the forward pass calls exactly these. */
+
+/* y = (x - mean) / sqrt(var + eps) * w (+ b) over n rows of d (b may be NULL; y may be x). The
+ * statistics are doubles summed in a fixed order, so a row's bits do not depend on nthreads. */
+void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
+                     float eps, int nthreads);
+
+/* The act head's four answer features of one row's k option logits, in float32 as Laya's torch
+ * code: top1, top1 - top2, entropy / log(max(k, 2)), max(k, 2) / 255 (top2 is 0 when k == 1). */
+void kime_act_features(const float *logits, int k, float *out);
+
+/* act[r] = softmax(w2 @ gelu(w0 @ [x[cu[r]], features(logits[mcu[r]:mcu[r+1]])] + b0) + b2) for
+ * each row: w0 packed [KIME_ACT_HIDDEN, d + 4] and w2 packed [n_act, KIME_ACT_HIDDEN] (kime_gemm's
+ * panels, FP32 even in an INT8 model); act_in [rows, d + 4], act_h [rows, KIME_ACT_HIDDEN] and
+ * the GEMM scratch are the caller's. */
+void kime_act_head(int isa, const float *x, const int32_t *cu, int rows, int d,
+                   const float *logits, const int32_t *mcu, const float *w0, const float *b0,
+                   const float *w2, const float *b2, int n_act, float *act_in, float *act_h,
+                   float *gemm_scratch, float *act, int nthreads);
 
 #endif

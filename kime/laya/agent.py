@@ -1,4 +1,4 @@
-"""Laya's Python API over the engine: `kime.load(...)` returns an object whose `predict`,
+"""Laya's `Agent` over the engine: `kime.load(...)` returns an object whose `predict`,
 `system_one` and `predict_batch` return what Laya 0.4.15's `Agent` returns for the same
 checkpoint and inputs (the same keys in the same order, the same types, numbers within float32
 noise), and raise Laya's argument errors. A Laya user changes one import.
@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
-from .engine import Kime
-from .request import Request, check_questions, check_questions_arg, check_states, raise_if
-from .render import State
+from ..engine import Kime
+from ..render import State
+from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
+from . import wire
 
 
 class Agent:
@@ -39,7 +40,7 @@ class Agent:
             return answered
         out: List[Dict[str, Any]] = []
         for chunk in chunks:
-            out.extend(r.to_dict() for r in self.engine.decide_batch(chunk))
+            out.extend(wire.result(r) for r in self.engine.decide_batch(chunk))
         return out
 
     async def predict_batch_async(self, states: List[State], questions: Dict[Any, Dict[str, Any]],
@@ -51,7 +52,7 @@ class Agent:
             return answered
         out: List[Dict[str, Any]] = []
         for chunk in chunks:
-            out.extend(r.to_dict() for r in await self.engine.decide_batch_async(chunk))
+            out.extend(wire.result(r) for r in await self.engine.decide_batch_async(chunk))
         return out
 
     async def predict_async(self, state: State, questions: Dict[Any, Dict[str, Any]],
@@ -65,18 +66,16 @@ class Agent:
               max_len: Optional[int], head_max_len: Optional[int]
               ) -> Tuple[Optional[List[Dict[str, Any]]], List[List[Request]]]:
         """Laya's argument checks, then (the finished answer, []) for the calls Laya answers
-        without a forward pass, or (None, the requests in `batch_size` chunks)."""
-        arg_problems = check_states(states) + check_questions_arg(questions)
-        raise_if([], arg_problems)
+        without a forward pass, or (None, the requests in `batch_size` chunks). The questions
+        are validated here, once, and every request carries the validated set."""
+        raise_if([], check_states(states) + questions_arg_problems(questions))
         states = list(states)
         if not states:
             return [], []
         if not questions:
-            return [{"model": "laya-rl-agent", "answers": {},
-                     "usage": {"input_tokens": 0, "output_tokens": 0}} for _ in states], []
-        _, problems = check_questions(questions)
-        raise_if(problems)
-        reqs = [Request(state=s, questions=questions, max_len=max_len, head_max_len=head_max_len)
+            return [wire.empty_result() for _ in states], []
+        checked = validated_questions(questions)
+        reqs = [Request(state=s, questions=checked, max_len=max_len, head_max_len=head_max_len)
                 for s in states]
         size = batch_size if (batch_size and batch_size > 0) else len(reqs)
         return None, [reqs[start:start + size] for start in range(0, len(reqs), size)]
@@ -96,5 +95,5 @@ def load(model: str = "laya", device: str = "auto", precision: Optional[str] = N
          threads: int = 0, answer_cache: int = 4096) -> Agent:
     """Load a checkpoint behind Laya's API. See `kime.Kime` for what `model` may be and for the
     answer cache (0 switches it off, as a benchmark must)."""
-    return Agent(Kime(model, device=device, precision=precision or "f16", threads=threads,
+    return Agent(Kime(model, device=device, precision=precision, threads=threads,
                       answer_cache=answer_cache))

@@ -1,0 +1,119 @@
+"""The executor: rows already laid out -> their raw outputs, through one backend.
+
+It owns everything between a list of rows and the backend: the answer cache (rows run before
+are not run again), the split into batches that fit the backend's largest bucket, packing, the
+run under the backend's lock, and copying the outputs out of the backend's reused buffers. It
+knows nothing of questions or Laya: a row is token ids, marker positions and a question type.
+
+Every row gets exactly one output or the call raises `BackendError`: an output can never shift
+onto another row.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import List, NamedTuple, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .backend import Backend, Memory
+from .batch import Batch
+from .cache import LRU
+from .errors import BackendError
+from .layout import Row
+from .split import split
+
+
+class RowOutput(NamedTuple):
+    """One row's raw outputs: the option logits at its markers, and the act probabilities."""
+
+    logits: np.ndarray  # float32 [markers of the row]
+    act: np.ndarray  # float32 [n_act]
+
+
+class Executor:
+    """Runs laid-out rows on a backend. Safe to call from many threads: runs are serialised on
+    one lock, because a backend reuses its buffers."""
+
+    def __init__(self, backend: Backend, answer_cache: int = 4096):
+        self.backend = backend
+        self.cache: LRU[RowOutput] = LRU(answer_cache)
+        self.max_batch_tokens = int(backend.max_batch_tokens)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, rows: Sequence[Row], qtypes: Sequence[int],
+            cache: bool = True) -> Tuple[List[RowOutput], int]:
+        """Each row's outputs, in order, and the number of backend batches it took. Rows found
+        in the answer cache are not run; `cache=False` neither reads nor fills it."""
+        if len(rows) != len(qtypes):
+            raise ValueError("%d rows but %d question types" % (len(rows), len(qtypes)))
+        results: List[Optional[RowOutput]] = [None] * len(rows)
+        keys: List[bytes] = []
+        todo: List[int] = list(range(len(rows)))
+        if cache and self.cache.capacity:
+            keys = [row_key(r, qt) for r, qt in zip(rows, qtypes)]
+            todo = []
+            for i, key in enumerate(keys):
+                hit = self.cache.get(key)
+                if hit is None:
+                    todo.append(i)
+                else:
+                    results[i] = RowOutput(hit.logits.copy(), hit.act.copy())
+        batches = split([len(rows[i].ids) for i in todo], self.max_batch_tokens)
+        for part in batches:
+            index = [todo[j] for j in part]
+            batch = Batch.pack([rows[i].ids for i in index], [rows[i].markers for i in index],
+                               [qtypes[i] for i in index])
+            logits, act = self._run(batch)
+            for r, i in enumerate(index):
+                out = RowOutput(logits[batch.mcu[r]:batch.mcu[r + 1]], act[r])
+                results[i] = out
+                if keys:
+                    self.cache.put(keys[i], RowOutput(_frozen(out.logits), _frozen(out.act)))
+        missing = [i for i, r in enumerate(results) if r is None]
+        if missing:
+            raise BackendError("rows %s were left unanswered by %s" % (missing[:8],
+                                                                       self.backend.describe()))
+        return results, len(batches)  # type: ignore[return-value]
+
+    def _run(self, batch: Batch) -> Tuple[np.ndarray, np.ndarray]:
+        """One batch under the lock; copies, because the next run overwrites the buffers."""
+        with self._lock:
+            if self._closed:
+                raise BackendError("the model was closed; load it again to run it")
+            out = self.backend.run(batch)
+            logits, act = out.logits.copy(), out.act.copy()
+        markers = int(batch.mcu[-1])
+        if logits.shape[0] != markers or act.shape[0] != batch.rows:
+            raise BackendError("%s returned %d logits and %d act rows for a batch of %d markers "
+                               "and %d rows" % (self.backend.describe(), logits.shape[0],
+                                                act.shape[0], markers, batch.rows))
+        return logits, act
+
+    def memory(self) -> Memory:
+        return self.backend.memory()
+
+    def close(self) -> None:
+        """Free the backend's weights and plans, after any run in progress. Later runs raise."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.backend.close()
+        self.cache.clear()
+
+
+def row_key(row: Row, qtype: int) -> bytes:
+    """What determines a row's outputs: its ids, its markers and its question type."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(np.asarray(row.ids, dtype=np.int32).tobytes())
+    h.update(b"|")
+    h.update(np.asarray(row.markers, dtype=np.int32).tobytes())
+    h.update(bytes([qtype]))
+    return h.digest()
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = a.copy()
+    a.flags.writeable = False
+    return a

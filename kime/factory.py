@@ -1,0 +1,84 @@
+"""Which backend runs a model: a device and precision become a `Backend`.
+
+The engine opens its backend here, and this is the only module that imports `_cpu` or `_cuda`,
+always lazily, so `import kime` never imports a compiled backend (or CuPy) and the backend
+contract (`kime.backend`) imports none of them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Union
+
+from .backend import Backend, Device, Precision, cpu_count, parse_threads
+from .checkpoint import Checkpoint
+from .errors import BadOption, Unsupported
+
+
+@dataclass(frozen=True)
+class Target:
+    """A device and precision, both resolved: what a backend is opened for."""
+
+    device: Device
+    precision: Precision
+
+
+def check_options(device: Union[str, Device, None], precision: Union[str, Precision, None],
+                  threads: object) -> Target:
+    """Refuse a device, precision or thread count that cannot run, before any weight is read,
+    and resolve `auto`. For `cuda` this imports CuPy and finds the GPU, so each reason a GPU
+    cannot run raises its own `CudaUnavailable` here."""
+    dev = Device.parse(device)
+    prec = Precision.parse(precision)
+    parse_threads(threads)
+    if dev.is_auto:
+        dev = resolve_auto(prec)
+    if dev.kind == "cuda":
+        prec = prec.on(dev)  # refuses int8 before CuPy is asked anything
+        from ._cuda.device import open_cupy
+
+        open_cupy(dev.ordinal)
+        return Target(dev, prec)
+    return Target(dev, prec.on(dev))
+
+
+def resolve_auto(precision: Precision) -> Device:
+    """`auto`: GPU 0 when CuPy imports and a GPU answers (and the precision runs on one), else
+    the CPU. The backend's `describe()` says which was picked."""
+    if precision is Precision.INT8:
+        return Device("cpu")
+    from ._cuda.device import probe
+
+    return Device("cuda", 0) if probe(0) is None else Device("cpu")
+
+
+def open_backend(ck: Checkpoint, device: Union[str, Device, None] = None,
+                 precision: Union[str, Precision, None] = None, threads: int = 0,
+                 preload: bool = False) -> Backend:
+    """The backend for a device and precision.
+
+    On a GPU that is the CuPy backend (`f16` by default, or `f32`). On the CPU it is the compiled
+    backend (`f32` by default, or `int8`); `KIME_CPU_BACKEND=reference` picks the NumPy
+    reference instead (slow; the oracle the tests compare against).
+    """
+    target = check_options(device, precision, threads)
+    if target.device.kind == "cuda":
+        from ._cuda.backend import CudaBackend
+
+        return CudaBackend(ck, ordinal=target.device.ordinal, precision=target.precision,
+                           preload=preload, threads=threads)
+    n_threads = threads or cpu_count()
+    choice = os.environ.get("KIME_CPU_BACKEND", "compiled").strip().lower()
+    if choice == "reference":
+        if target.precision is not Precision.F32:
+            raise Unsupported("precision=%r runs on the compiled CPU backend, not the NumPy "
+                              "reference (KIME_CPU_BACKEND=reference)" % str(target.precision))
+        from ._cpu.backend import ReferenceBackend
+
+        return ReferenceBackend(ck, n_threads)
+    if choice != "compiled":
+        raise BadOption("KIME_CPU_BACKEND=%r: use 'compiled' (the default) or 'reference'" % choice)
+    from ._cpu.backend import CpuBackend
+
+    return CpuBackend(ck, n_threads, precision=target.precision, preload=preload)
+

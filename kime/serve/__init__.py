@@ -1,0 +1,25 @@
+"""`kime serve`: laya serve's HTTP API over one kime engine, on FastAPI + uvicorn.
+
+    settings.py  the one declaration of the settings; flags, environment and TOML from it
+    limits.py    laya serve's body checks: size limits, refusals, controls, the model named
+    metrics.py   /metrics on prometheus_client, a registry per app, the engine's gauges
+    app.py       create_app (one pipeline for both POST routes) and serve (uvicorn)
+
+Imported only when serving: `import kime` works without the serve extra. The settings import
+without FastAPI (the CLI builds `kime serve`'s flags from them); the app loads on first use.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .settings import ConfigError, Settings, load_settings
+
+__all__ = ["ConfigError", "Settings", "create_app", "load_settings", "serve"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("create_app", "serve"):
+        from . import app
+
+        return getattr(app, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))

@@ -1,0 +1,289 @@
+"""The HTTP app: laya serve's routes over one engine, and `serve`, which runs it under uvicorn.
+
+`POST /v1/systemone` and `POST /v1/systemone/batch` take laya serve's request bodies and answer
+its response bodies, status codes and `detail` texts; the answers are `kime.laya.Agent`'s, so
+they equal in-process calls. Both routes run one pipeline (`Service.decide`): auth, admission,
+the body, laya serve's checks, the forward pass, metrics, the response; they differ only in the
+body's shape and the response's. The forward pass never runs on the event loop: a request is
+laid out on a worker thread and its rows go to the engine's scheduler, which merges concurrent
+callers into shared backend batches.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import math
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional,
+                    Sequence, Tuple)
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import JSONResponse, Response
+
+from ..errors import InvalidRequest
+from ..laya import Agent
+from ..laya.confidence import with_jev_confidence
+from .limits import MAX_BODY_BYTES, check_body
+from .metrics import CONTENT_TYPE, Metrics
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..engine import Kime
+
+_log = logging.getLogger("kime.serve")
+
+LIVENESS_ONLY = {"status": "ok"}
+UNAUTHORIZED = "invalid or missing bearer token"
+BUSY = "server busy, try again later"
+PATHS = ("/health", "/ready", "/v1/models", "/metrics", "/v1/systemone", "/v1/systemone/batch")
+"""The paths metrics name; any other is counted as `other`, so a scanner cannot grow the labels."""
+
+
+class Service:
+    """One engine behind laya serve's routes: the app's state and its handlers."""
+
+    def __init__(self, engine: Kime, settings: Settings):
+        self.engine = engine
+        self.settings = settings
+        self.agent = Agent(engine)
+        self.metrics = Metrics(engine)
+        self._expected = [("Bearer " + k).encode("utf-8", "surrogateescape")
+                          for k in settings.api_keys]
+
+    @property
+    def open(self) -> bool:
+        """No keys configured: every route answers everyone (and the docs are served)."""
+        return not self._expected
+
+    @asynccontextmanager
+    async def lifespan(self, _app: Any) -> AsyncIterator[None]:
+        """Validation and layout run on a bounded pool of `workers` threads; the engine is
+        closed when the app stops."""
+        pool = ThreadPoolExecutor(max_workers=self.settings.workers,
+                                  thread_name_prefix="kime-serve")
+        asyncio.get_running_loop().set_default_executor(pool)
+        try:
+            yield
+        finally:
+            pool.shutdown(wait=True)
+            self.engine.close()
+
+    # --- the steps ------------------------------------------------------------------------------
+
+    def authorized(self, request: Request) -> bool:
+        if self.open:
+            return True
+        supplied = (request.headers.get("authorization") or "").encode("utf-8", "surrogateescape")
+        ok = False
+        for key in self._expected:  # every key, so the time does not say which one came close
+            ok |= hmac.compare_digest(supplied, key)
+        return ok
+
+    def check_auth(self, request: Request) -> None:
+        if not self.authorized(request):
+            raise HTTPException(status_code=401, detail=UNAUTHORIZED)
+
+    def busy(self) -> Tuple[bool, int]:
+        depth = self.engine.scheduler.depth()
+        return bool(self.settings.max_queue) and depth >= self.settings.max_queue, depth
+
+    def admit(self) -> None:
+        if self.busy()[0]:
+            self.metrics.rejected_busy.inc()
+            raise HTTPException(status_code=503, detail=BUSY, headers={"Retry-After": "1"})
+
+    async def read_json(self, request: Request) -> Any:
+        """The body, refused past `MAX_BODY_BYTES` (on its Content-Length, before reading, when
+        it gives one) or when it takes longer than `body_read_timeout` to arrive."""
+        length = request.headers.get("content-length")
+        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            raise HTTPException(status_code=413, detail="request body too large")
+
+        async def collect() -> bytes:
+            total, chunks = 0, []
+            async for chunk in request.stream():
+                total += len(chunk)
+                if total > MAX_BODY_BYTES:
+                    raise HTTPException(status_code=413, detail="request body too large")
+                chunks.append(chunk)
+            return b"".join(chunks)
+
+        try:
+            raw = await asyncio.wait_for(collect(), timeout=self.settings.body_read_timeout or None)
+        except asyncio.TimeoutError:
+            raise HTTPException(status_code=408,
+                                detail="request body was not received in time") from None
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise HTTPException(status_code=400, detail="request body must be valid JSON") from None
+
+    async def infer(self, request: Request, work: Awaitable[Any]) -> Tuple[Any, float]:
+        """Await `work` and its time in ms, cancelling it if the client hangs up first: rows
+        still queued for the device are then dropped instead of costing a forward pass nobody
+        will read. A request that does not validate passes through (a 422); any other failure
+        is logged and answered 500."""
+        t0 = time.perf_counter()
+        task = asyncio.ensure_future(work)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=0.05)
+                if done:
+                    return task.result(), (time.perf_counter() - t0) * 1000.0
+                if await request.is_disconnected():
+                    task.cancel()
+                    self.metrics.disconnects.inc()
+                    raise HTTPException(status_code=499, detail="client closed the request")
+        except (HTTPException, InvalidRequest):
+            raise
+        except Exception:
+            _log.exception("inference failed")
+            raise HTTPException(status_code=500, detail="inference failed") from None
+
+    async def decide(self, request: Request, batch: bool) -> JSONResponse:
+        """The pipeline both POST routes share; `batch` picks the body's and the answer's shape."""
+        self.check_auth(request)
+        self.admit()
+        body = check_body(await self.read_json(request), batch, self.engine.model_id,
+                          self.settings.max_token_budget)
+        if batch:
+            results, ms = await self.infer(request, self.agent.predict_batch_async(
+                body.states, body.questions, batch_size=body.batch_size, max_len=body.max_len,
+                head_max_len=body.head_max_len))
+        else:
+            result, ms = await self.infer(request, self.agent.predict_async(
+                body.states[0], body.questions, max_len=body.max_len,
+                head_max_len=body.head_max_len))
+            results = [result]
+        self.metrics.answered(results)
+        content = _batch_response(results) if batch else with_jev_confidence(results[0])
+        return JSONResponse(content=content,
+                            headers={"Server-Timing": "inference;dur=%.2f" % ms,
+                                     "X-Inference-Time-Ms": "%.2f" % ms})
+
+    # --- the routes -----------------------------------------------------------------------------
+
+    async def systemone(self, request: Request) -> JSONResponse:
+        return await self.decide(request, batch=False)
+
+    async def systemone_batch(self, request: Request) -> JSONResponse:
+        return await self.decide(request, batch=True)
+
+    def health(self, request: Request) -> Dict[str, Any]:
+        if not self.authorized(request):
+            return dict(LIVENESS_ONLY)
+        return {"status": "ok", "model": self.engine.model_id, "device": self.engine.device,
+                "loaded": [self.engine.model_id]}
+
+    def ready(self, request: Request) -> JSONResponse:
+        busy, depth = self.busy()
+        body: Dict[str, Any] = {"status": "busy" if busy else "ready"}
+        if self.authorized(request):
+            body.update(loaded=[self.engine.model_id], device=self.engine.device,
+                        queue_depth=depth, max_queue=self.settings.max_queue)
+        return JSONResponse(body, status_code=503 if busy else 200,
+                            headers={"Retry-After": "1"} if busy else None)
+
+    def models(self, request: Request) -> Dict[str, Any]:
+        self.check_auth(request)
+        return {"object": "list", "data": [{"id": self.engine.model_id, "object": "model",
+                                            "owned_by": "kime", "device": self.engine.device,
+                                            "max_row_tokens": self.engine.max_row_tokens}]}
+
+    def prometheus(self, request: Request) -> Response:
+        self.check_auth(request)
+        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _batch_response(results: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"results": [with_jev_confidence(r) for r in results],
+            "total_usage": {
+                "input_tokens": sum(r.get("usage", {}).get("input_tokens", 0) for r in results),
+                "output_tokens": sum(r.get("usage", {}).get("output_tokens", 0) for r in results)}}
+
+
+async def _invalid(_request: Request, exc: Exception) -> JSONResponse:
+    """laya answers a ValueError from predict with 422 and `detail: str(e)`; kime's text is
+    laya's for one problem and lists them all for several, and `problems` adds every problem in
+    FastAPI's format (loc, msg, type, input)."""
+    assert isinstance(exc, InvalidRequest)
+    return JSONResponse({"detail": str(exc), "problems": exc.problems}, status_code=422)
+
+
+class RequestObserver:
+    """ASGI middleware: `x-request-id` on every response (the client's, or a new one), and each
+    request's count, latency and in-progress gauge for `/metrics`."""
+
+    def __init__(self, app: Any, metrics: Metrics, paths: Sequence[str]):
+        self.app = app
+        self.metrics = metrics
+        self.paths = frozenset(paths)
+
+    async def __call__(self, scope: Dict[str, Any], receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        rid = next((v for k, v in scope.get("headers", []) if k == b"x-request-id"), b"")
+        if not rid or len(rid) > 200 or not all(33 <= c < 127 for c in rid):
+            rid = uuid.uuid4().hex.encode()
+        scope.setdefault("state", {})["request_id"] = rid.decode()
+        path = scope.get("path", "")
+        path = path if path in self.paths else "other"
+        t0 = time.perf_counter()
+        status = 500
+
+        async def wrapped(message: Dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"x-request-id"]
+                headers.append((b"x-request-id", rid))
+                message = dict(message, headers=headers)
+            await send(message)
+
+        in_progress = self.metrics.in_progress.labels(path)
+        in_progress.inc()
+        try:
+            await self.app(scope, receive, wrapped)
+        finally:
+            in_progress.dec()
+            self.metrics.observe(scope.get("method", ""), path, status, time.perf_counter() - t0)
+
+
+def create_app(engine: Kime, settings: Optional[Settings] = None) -> Any:
+    """The ASGI app over a loaded `kime.Kime`. The engine is closed when the app shuts down."""
+    service = Service(engine, settings or Settings(model=engine.model_id))
+    docs = service.open
+    app = FastAPI(title="kime serve", lifespan=service.lifespan,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
+                  openapi_url="/openapi.json" if docs else None)
+    app.add_exception_handler(InvalidRequest, _invalid)
+    routes: List[Tuple[str, str, Callable[..., Any]]] = [
+        ("GET", "/health", service.health), ("GET", "/ready", service.ready),
+        ("GET", "/v1/models", service.models), ("GET", "/metrics", service.prometheus),
+        ("POST", "/v1/systemone", service.systemone),
+        ("POST", "/v1/systemone/batch", service.systemone_batch)]
+    for method, path, handler in routes:
+        app.add_api_route(path, handler, methods=[method])
+    return RequestObserver(app, service.metrics, PATHS)
+
+
+def serve(settings: Settings) -> None:
+    """Load the model, then run uvicorn until SIGINT/SIGTERM (requests in flight finish first,
+    for up to `graceful_shutdown` seconds)."""
+    import uvicorn
+
+    from ..engine import Kime
+
+    engine = Kime(settings.model, device=settings.device, precision=settings.precision,
+                  threads=settings.threads, max_merge=settings.max_merge)
+    config = uvicorn.Config(create_app(engine, settings), host=settings.host, port=settings.port,
+                            log_level=settings.log_level,
+                            timeout_graceful_shutdown=(math.ceil(settings.graceful_shutdown)
+                                                       if settings.graceful_shutdown else None))
+    uvicorn.Server(config).run()

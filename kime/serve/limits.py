@@ -1,0 +1,209 @@
+"""laya serve's body checks: its size limits, refusals and controls, with its status codes and
+`detail` texts (Laya 0.4.15's `laya/serve.py`).
+
+Only what is laya serve's own lives here: a body's shape, how big it may be, which fields a
+request over HTTP may not carry, and which model it may name. What makes a request valid (a
+state that is not None, the questions' rules, a positive token budget) is `kime.request`'s, and
+reaches the client as a 422 listing every problem.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional, Tuple
+
+from fastapi import HTTPException
+
+from ..request import budget_problems, raise_if
+
+MAX_QUESTIONS = 64
+MAX_STATE_CHARS = 50000
+MAX_BATCH_STATES = 64
+MAX_BODY_BYTES = 2 * 1024 * 1024
+MAX_CHOICE_OPTIONS = 100
+MAX_SCORE_LEVELS = 32
+MAX_TOTAL_OPTIONS = 512
+BODY_REFUSALS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
+BATCH_BODY_OUT_PARAMETERS = ("diagnostics",)
+BUDGETS = ("max_len", "head_max_len")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE_DETAIL = ("request body contains an unpaired surrogate escape; "
+                          "those cannot be encoded as UTF-8")
+
+
+@dataclass(frozen=True)
+class Body:
+    """A request body that passed laya serve's checks: what the engine is asked."""
+
+    states: List[Any]
+    questions: Dict[Any, Any]
+    max_len: Optional[int]
+    head_max_len: Optional[int]
+    batch_size: Optional[int]
+
+
+def refuse(status: int, detail: str) -> HTTPException:
+    return HTTPException(status_code=status, detail=detail)
+
+
+def check_body(body: Any, batch: bool, served: str, max_token_budget: int) -> Body:
+    """Every laya serve check of a `/v1/systemone` (`batch=False`) or `/v1/systemone/batch`
+    body, in laya serve's order, so the first problem is the one it reports."""
+    states, questions = _fields(body, batch)
+    check_sizes(states, questions)
+    check_refusals(body, batch)
+    if _has_lone_surrogate(body):
+        raise refuse(400, _LONE_SURROGATE_DETAIL)
+    check_controls(body, batch)
+    check_model(body.get("model"), served)
+    max_len, head_max_len = (budget(body, key, max_token_budget) for key in BUDGETS)
+    return Body(states=states, questions=questions, max_len=max_len, head_max_len=head_max_len,
+                batch_size=body.get("batch_size") if batch else None)
+
+
+def _fields(body: Any, batch: bool) -> Tuple[List[Any], Any]:
+    if not batch:
+        if not isinstance(body, dict) or "questions" not in body:
+            raise refuse(400, "request body must be an object with a 'questions' field")
+        return [body.get("state")], body["questions"]
+    if not isinstance(body, dict) or "questions" not in body or "states" not in body:
+        raise refuse(400, "request body must be an object with 'states' and 'questions' fields")
+    states = body["states"]
+    if not isinstance(states, list) or len(states) == 0:
+        raise refuse(400, "'states' must be a non-empty list")
+    if len(states) > MAX_BATCH_STATES:
+        raise refuse(413, "too many states in batch (%d > %d)" % (len(states), MAX_BATCH_STATES))
+    return states, body["questions"]
+
+
+def check_sizes(states: List[Any], questions: Any) -> None:
+    """laya serve's `_check_request_limits` for each state: 400 for a missing state or
+    non-object questions, 413 for too many questions or options or too long a state."""
+    for i, state in enumerate(states):
+        if state is None:
+            # laya serve's answer to a body without a state: the body's shape, not the rule
+            # that a state is not None (that one is `kime.request`'s, for Python callers).
+            raise refuse(400, "'state' is required")
+        if i == 0:
+            _check_question_sizes(questions)
+        n = _state_length(state)
+        if n > MAX_STATE_CHARS:
+            raise refuse(413, "state too large (%d > %d chars)" % (n, MAX_STATE_CHARS))
+
+
+def _check_question_sizes(questions: Any) -> None:
+    if not isinstance(questions, dict):
+        raise refuse(400, "'questions' must be an object")
+    if len(questions) > MAX_QUESTIONS:
+        raise refuse(413, "too many questions (%d > %d)" % (len(questions), MAX_QUESTIONS))
+    total = 0
+    for qid, question in questions.items():
+        if not isinstance(question, dict):
+            continue
+        crit, qtype = question.get("criteria"), question.get("type")
+        if qtype == "choice" and isinstance(crit, (dict, list)):
+            total += len(crit)
+            if len(crit) > MAX_CHOICE_OPTIONS:
+                raise refuse(413, "too many choice options for %r (%d > %d)"
+                             % (qid, len(crit), MAX_CHOICE_OPTIONS))
+        elif qtype == "score" and isinstance(crit, list):
+            total += len(crit)
+            if len(crit) > MAX_SCORE_LEVELS:
+                raise refuse(413, "too many score levels for %r (%d > %d)"
+                             % (qid, len(crit), MAX_SCORE_LEVELS))
+    if total > MAX_TOTAL_OPTIONS:
+        raise refuse(413, "too many answer options across questions (%d > %d)"
+                     % (total, MAX_TOTAL_OPTIONS))
+
+
+def _state_length(state: Any) -> int:
+    if isinstance(state, str):
+        return len(state)
+    try:
+        return len(json.dumps(state, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        raise refuse(400, "'state' must be JSON-serializable") from None
+
+
+def check_model(requested: Any, served: str) -> None:
+    """A request may name the model this server runs, or a name that pins nothing (a Jev id
+    such as "jev-1", which laya serve routes automatically). Naming another checkpoint -- one of
+    Laya's aliases or a path or Hub id -- is a 422: answering it with this model would be a
+    wrong answer, not a routing choice."""
+    if requested is None or not isinstance(requested, str) or not requested.strip():
+        return
+    text = requested.strip()
+    if text == served or text.lower() == served.lower():
+        return
+    from ..hub import ALIASES, MODELS
+
+    key = text.lower()
+    if key in ALIASES or key in MODELS or "/" in text or "\\" in text:
+        raise refuse(422, "unknown model %r: this server runs %r only; omit model, or send it to "
+                     "a server that runs %r" % (text, served, text))
+
+
+def check_refusals(body: Dict[str, Any], batch: bool) -> None:
+    """Fields an in-process caller may pass but a request over HTTP cannot carry."""
+    given = sorted(k for k in BODY_REFUSALS if body.get(k) is not None)
+    if given:
+        raise refuse(422, "%s run inside the server process and cannot be sent to this endpoint; "
+                     "install them where laya-serve runs, or drop them" % ", ".join(given))
+    if batch:
+        given = sorted(k for k in BATCH_BODY_OUT_PARAMETERS if body.get(k) is not None)
+        if given:
+            raise refuse(422, "%s is filled in place for an in-process caller and cannot be "
+                         "returned over HTTP; read the per-group report from the CLI or a local "
+                         "Router" % ", ".join(given))
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _LONE_SURROGATE.search(item):
+                return True
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
+
+
+def check_controls(body: Dict[str, Any], batch: bool) -> None:
+    """laya's other body controls: validated as laya does; routing ones are moot with one model."""
+    for key in ("lang", "lang_guess"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise refuse(422, '%s must be a language code string such as "de", or null' % key)
+    if body.get("min_confidence") is not None:
+        raise refuse(422, "min_confidence is not supported by kime serve; filter on each "
+                     "answer's answer_confidence instead")
+    if body.get("model") is not None and not isinstance(body["model"], str):
+        raise refuse(422, "model must be a string, or omit model to let the router choose")
+    if batch:
+        val = body.get("batch_size")
+        if val is not None:
+            if not isinstance(val, int) or isinstance(val, bool):
+                raise refuse(422, "batch_size must be an integer")
+            if val < 1:
+                raise refuse(422, "batch_size must be a positive integer, got %r" % (val,))
+        val = body.get("sort_by_length")
+        if val is not None and not isinstance(val, bool):
+            raise refuse(422, "sort_by_length must be a boolean")
+
+
+def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:
+    """`max_len`/`head_max_len`: an integer on the wire (laya serve's 422), positive (the
+    request's rule), and at most the server's `max_token_budget`."""
+    val = body.get(key)
+    if val is None:
+        return None
+    if not isinstance(val, int) or isinstance(val, bool):
+        raise refuse(422, "%s must be an integer" % key)
+    raise_if(budget_problems(key, val, [key]))
+    if val > cap:
+        raise refuse(422, "%s exceeds server limit (%d > %d)" % (key, val, cap))
+    return val

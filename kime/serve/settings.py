@@ -1,0 +1,210 @@
+"""What `kime serve` runs with, declared once.
+
+`Settings` is the one declaration: each field's type and bounds (pydantic validates them) and,
+in its `Source` marker, the environment variables that may set it and its flag's help. The
+`kime serve` flags (`add_arguments`), the environment lookup and the TOML file's keys are all
+derived from it, so adding a setting is one line here.
+
+Precedence: flags > environment (`KIME_*` first, then laya serve's `LAYA_*` equivalent) > the
+TOML file (`--config`/`KIME_CONFIG`: a `[serve]` table or top-level keys) > the defaults. The
+API keys then gather from the settings, the key file and `KIME_API_KEY`/`LAYA_API_KEY`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+KEY_ENV = ("KIME_API_KEY", "LAYA_API_KEY")
+"""Each one, when set, adds one bearer key (laya serve reads LAYA_API_KEY)."""
+CONFIG_ENV = "KIME_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A setting that does not parse (a flag, an environment variable or the TOML file)."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a setting comes from besides the TOML file: its environment variables (the first
+    one set wins) and its `kime serve` flag. `flag=False` keeps a setting off the command line
+    (bearer keys there would show in `ps`)."""
+
+    help: str
+    env: Tuple[str, ...] = ()
+    flag: bool = True
+    short: Optional[str] = None
+
+
+def _no_bool(value: Any) -> Any:
+    # pydantic reads True as 1; a boolean where a number belongs is a mistake in the file.
+    if isinstance(value, bool):
+        raise ValueError("a boolean is not a number")
+    return value
+
+
+def _one_or_many(value: Any) -> Any:
+    # `api_key = "k"` in the file is one key, not a list of characters.
+    return [value] if isinstance(value, str) else value
+
+
+Count = Annotated[int, BeforeValidator(_no_bool), Field(ge=0)]
+Positive = Annotated[int, BeforeValidator(_no_bool), Field(ge=1)]
+Seconds = Annotated[float, BeforeValidator(_no_bool), Field(ge=0.0, allow_inf_nan=False)]
+Keys = Annotated[List[str], BeforeValidator(_one_or_many)]
+
+
+class Settings(BaseModel):
+    """What `kime serve` runs with. Assigning a field validates it, as loading does."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True,
+                              coerce_numbers_to_str=True)
+
+    model: Annotated[str, Source("alias, hf://org/repo[/sub], or a checkpoint directory",
+                                 env=("KIME_MODEL",), short="-m")] = "laya"
+    host: Annotated[str, Source("bind address", env=("KIME_HOST", "LAYA_HOST"))] = "127.0.0.1"
+    port: Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=65535),
+                    Source("bind port", env=("KIME_PORT", "LAYA_PORT"))] = 8000
+    device: Annotated[str, Source("auto, cpu, cuda or cuda:N",
+                                  env=("KIME_DEVICE", "LAYA_DEVICE"))] = "auto"
+    precision: Annotated[str, Source("auto (f16 on a GPU, f32 on the CPU), f16, f32 or int8",
+                                     env=("KIME_PRECISION",))] = "auto"
+    threads: Annotated[Count, Source("CPU threads, 0: every core",
+                                     env=("KIME_THREADS", "LAYA_THREADS"))] = 0
+    api_key_file: Annotated[Optional[str], Source(
+        "bearer keys, one per line (also KIME_API_KEY, LAYA_API_KEY); without any key the API "
+        "is open", env=("KIME_API_KEY_FILE",))] = None
+    api_keys: Annotated[Keys, Source("bearer keys (the TOML file's `api_key`)",
+                                     flag=False)] = Field(default_factory=list)
+    max_queue: Annotated[Count, Source(
+        "answer 503 + Retry-After when this many submissions wait for the device; 0: no bound",
+        env=("KIME_MAX_QUEUE",))] = 256
+    max_merge: Annotated[Count, Source(
+        "requests one forward run may merge; 0: every queued request that fits",
+        env=("KIME_MAX_MERGE",))] = 0
+    max_token_budget: Annotated[Positive, Source(
+        "the largest max_len/head_max_len a request may ask for",
+        env=("KIME_MAX_TOKEN_BUDGET", "LAYA_MAX_TOKEN_BUDGET"))] = 8192
+    body_read_timeout: Annotated[Seconds, Source(
+        "seconds a client gets to send its request body; 0: no limit",
+        env=("KIME_BODY_READ_TIMEOUT", "LAYA_BODY_READ_TIMEOUT"))] = 10.0
+    workers: Annotated[Positive, Source(
+        "threads that lay requests out (the forward pass runs on the scheduler)",
+        env=("KIME_WORKERS",))] = 32
+    graceful_shutdown: Annotated[Seconds, Source(
+        "seconds requests in flight get to finish after SIGTERM",
+        env=("KIME_GRACEFUL_SHUTDOWN",))] = 30.0
+    log_level: Annotated[str, Source("uvicorn log level",
+                                     env=("KIME_LOG_LEVEL", "LAYA_LOG_LEVEL"))] = "info"
+
+
+def sources() -> Dict[str, Source]:
+    """Every setting's `Source`, in declaration order."""
+    out: Dict[str, Source] = {}
+    for name, info in Settings.model_fields.items():
+        found = [m for m in info.metadata if isinstance(m, Source)]
+        if len(found) != 1:
+            raise TypeError("setting %r needs exactly one Source marker" % name)
+        out[name] = found[0]
+    return out
+
+
+def flag_name(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The `kime serve` flags, one per setting with a flag, plus `--config`. Every flag defaults
+    to None (not given), so the environment and the file still apply beneath it."""
+    for name, source in sources().items():
+        if not source.flag:
+            continue
+        default = Settings.model_fields[name].get_default(call_default_factory=True)
+        where = ["env " + ", ".join(source.env)] if source.env else []
+        if default is not None:
+            where.append("default %s" % (default,))
+        help_ = source.help + (" (%s)" % "; ".join(where) if where else "")
+        names = [flag_name(name)] + ([source.short] if source.short else [])
+        parser.add_argument(*names, dest=name, default=None, help=help_)
+    parser.add_argument("--config", default=None, help="TOML file with the settings (a [serve] "
+                        "table or top-level keys; env %s)" % CONFIG_ENV)
+
+
+def flags_from(args: argparse.Namespace) -> Dict[str, Any]:
+    """The settings `add_arguments`' flags hold (None where a flag was not given)."""
+    return {name: getattr(args, name, None) for name, s in sources().items() if s.flag}
+
+
+def _assign(settings: Settings, name: str, value: Any, source: str) -> None:
+    try:
+        setattr(settings, name, value)
+    except ValidationError:
+        raise ConfigError("invalid %s %r for %s" % (source, value, name)) from None
+
+
+def _read_toml(path: str) -> Dict[str, Any]:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef,import-not-found]
+
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError("cannot read --config %s: %s" % (path, e.strerror)) from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("--config %s is not TOML: %s" % (path, e)) from e
+    table = data.get("serve", data)
+    if not isinstance(table, dict):
+        raise ConfigError("--config %s: [serve] must be a table" % path)
+    if "api_key" in table:
+        table = dict(table, api_keys=table["api_key"])
+        del table["api_key"]
+    unknown = sorted(k for k in table if k not in Settings.model_fields)
+    if unknown:
+        raise ConfigError("--config %s: unknown setting(s) %s" % (path, ", ".join(unknown)))
+    return table
+
+
+def _key_file(path: str) -> List[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f if line.strip() and not line.strip().startswith("#")]
+    except OSError as e:
+        raise ConfigError("cannot read the API key file %s: %s" % (path, e.strerror)) from e
+
+
+def load_settings(flags: Optional[Mapping[str, Any]] = None, config: Optional[str] = None,
+                  environ: Optional[Mapping[str, str]] = None) -> Settings:
+    """Settings from flags (None: not given) > environment > TOML file > defaults; then the
+    API keys from the key file and KIME_API_KEY/LAYA_API_KEY. Raises `ConfigError` naming the
+    value, where it came from and the setting."""
+    env = dict(os.environ if environ is None else environ)
+    config = config or env.get(CONFIG_ENV) or None
+    declared = sources()
+    settings = Settings()
+    if config:
+        for name, value in _read_toml(config).items():
+            _assign(settings, name, value, "config value")
+    for name, source in declared.items():
+        for var in source.env:
+            raw = env.get(var, "").strip()
+            if raw:
+                _assign(settings, name, raw, "environment variable %s" % var)
+                break
+    given = {k: v for k, v in (flags or {}).items() if v is not None}
+    unknown = sorted(k for k in given if k not in declared)
+    if unknown:
+        raise ConfigError("unknown setting(s) %s" % ", ".join(unknown))
+    for name, value in given.items():
+        _assign(settings, name, value, "flag value")
+    keys = list(settings.api_keys)
+    if settings.api_key_file:
+        keys += _key_file(settings.api_key_file)
+    keys += [env[var].strip() for var in KEY_ENV if env.get(var, "").strip()]
+    settings.api_keys = keys
+    return settings

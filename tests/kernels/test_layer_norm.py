@@ -1,0 +1,154 @@
+"""forward.c's LayerNorm (`norm_row`, through the `_forward.layer_norm` test entry) against a
+float64 NumPy reference: the norm every LayerNorm of the compiled forward pass runs (embedding,
+encoder, final, decision head, scorer).
+
+Widths cover 1, every tail of the kernel's eight interleaved partial sums, odd and large widths;
+rows cover none, one and a bucket's worth. Determinism: a row's bits do not depend on the thread
+count or on the rows beside it, and rows past the batch are never written.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kime._cpu import _forward
+
+from ..tolerances import FP32
+
+SHAPES = [(1, 1), (1, 7), (3, 8), (5, 9), (7, 13), (2, 17), (33, 65), (128, 96), (4, 768),
+          (3, 1031), (576, 64)]
+EPS = [1e-5, 1e-6, 1e-12, 0.1]
+SENTINEL = np.float32(12345.0)
+
+
+def layer_norm_reference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
+                         eps: float) -> np.ndarray:
+    """torch's LayerNorm in float64; eps is rounded to float32 first, as the model stores it."""
+    wide = x.astype(np.float64)
+    mean = wide.mean(axis=1, keepdims=True)
+    variance = ((wide - mean) ** 2).mean(axis=1, keepdims=True)
+    out = (wide - mean) / np.sqrt(variance + float(np.float32(eps))) * weight.astype(np.float64)
+    if bias is not None:
+        out = out + bias.astype(np.float64)
+    return out
+
+
+def random_rows(shape: tuple[int, ...], seed: int, scale: float = 3.0,
+                offset: float = 0.0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) * scale + offset).astype(np.float32)
+
+
+def normed(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float = 1e-5,
+           threads: int = 1) -> np.ndarray:
+    out = np.full_like(x, np.nan)
+    _forward.layer_norm(x, weight, bias, eps, out, threads)
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"{n}x{d}" for n, d in SHAPES])
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+def test_matches_float64(shape, with_bias):
+    for seed, eps in enumerate(EPS):
+        x = random_rows(shape, seed=seed, offset=2.0)
+        weight = random_rows((shape[1],), seed=100 + seed, scale=1.0)
+        bias = random_rows((shape[1],), seed=200 + seed, scale=1.0) if with_bias else None
+        np.testing.assert_allclose(normed(x, weight, bias, eps),
+                                   layer_norm_reference(x, weight, bias, eps),
+                                   **FP32.layer_norm.kw, err_msg=f"eps={eps}")
+
+
+def test_every_partial_sum_tail():
+    """Widths 1..40 leave every remainder of the eight partial sums, with a large mean (the
+    statistics are doubles, so the centring loses nothing)."""
+    for d in range(1, 41):
+        x = random_rows((3, d), seed=d, offset=100.0)
+        weight = random_rows((d,), seed=1000 + d, scale=1.0)
+        bias = random_rows((d,), seed=2000 + d, scale=1.0)
+        np.testing.assert_allclose(normed(x, weight, bias), layer_norm_reference(x, weight, bias, 1e-5),
+                                   **FP32.layer_norm.kw, err_msg=f"d={d}")
+
+
+def test_no_rows():
+    x = np.empty((0, 8), dtype=np.float32)
+    _forward.layer_norm(x, np.ones(8, np.float32), None, 1e-5, np.empty_like(x))
+
+
+def test_width_one_is_the_bias():
+    # One column: x - mean is exactly zero, so every output is the bias.
+    x = random_rows((5, 1), seed=3)
+    bias = np.array([0.25], dtype=np.float32)
+    np.testing.assert_array_equal(normed(x, np.full(1, 2.0, np.float32), bias),
+                                  np.full((5, 1), 0.25, np.float32))
+
+
+def test_constant_row_is_bias():
+    # Zero variance: eps keeps it finite and the normalised row is exactly zero.
+    x = np.full((2, 9), 4.0, dtype=np.float32)
+    bias = np.arange(9, dtype=np.float32)
+    np.testing.assert_array_equal(normed(x, np.ones(9, np.float32), bias),
+                                  np.broadcast_to(bias, x.shape))
+
+
+@pytest.mark.parametrize("with_bias", [False, True], ids=["no-bias", "bias"])
+def test_in_place(with_bias):
+    """The final norm runs in place (y == x)."""
+    x = random_rows((33, 65), seed=7)
+    weight = random_rows((65,), seed=8)
+    bias = random_rows((65,), seed=9) if with_bias else None
+    expected = normed(x, weight, bias)
+    _forward.layer_norm(x, weight, bias, 1e-5, x)
+    np.testing.assert_array_equal(x, expected)
+
+
+def test_rows_past_the_batch_are_untouched():
+    x = random_rows((13, 96), seed=10)
+    weight = random_rows((96,), seed=11)
+    buffer = np.full((16, 96), SENTINEL, dtype=np.float32)
+    _forward.layer_norm(x, weight, None, 1e-5, buffer[:13])
+    assert (buffer[13:] == SENTINEL).all()
+    np.testing.assert_array_equal(buffer[:13], normed(x, weight, None))
+
+
+@pytest.mark.parametrize("shape", [(1, 96), (7, 14), (128, 96), (257, 64)])
+def test_thread_count_does_not_change_bits(shape):
+    x = random_rows(shape, seed=12)
+    weight = random_rows((shape[1],), seed=13)
+    bias = random_rows((shape[1],), seed=14)
+    np.testing.assert_array_equal(normed(x, weight, bias, threads=1),
+                                  normed(x, weight, bias, threads=3))
+
+
+def test_row_bits_do_not_depend_on_batch():
+    x = random_rows((64, 96), seed=15)
+    weight = random_rows((96,), seed=16)
+    whole = normed(x, weight, None, threads=2)
+    for r in (0, 37, 63):
+        np.testing.assert_array_equal(normed(x[r:r + 1], weight, None)[0], whole[r])
+
+
+def test_shape_mismatches_raise():
+    x = np.zeros((4, 6), dtype=np.float32)
+    weight = np.ones(6, dtype=np.float32)
+    with pytest.raises(ValueError, match="weight has 5"):
+        _forward.layer_norm(x, np.ones(5, np.float32), None, 1e-5, np.zeros_like(x))
+    with pytest.raises(ValueError, match="bias has 7"):
+        _forward.layer_norm(x, weight, np.ones(7, np.float32), 1e-5, np.zeros_like(x))
+    with pytest.raises(ValueError, match="out has shape"):
+        _forward.layer_norm(x, weight, None, 1e-5, np.zeros((4, 7), np.float32))
+    with pytest.raises(ValueError, match="at least one column"):
+        _forward.layer_norm(np.zeros((2, 0), np.float32), np.ones(0, np.float32), None, 1e-5,
+                            np.zeros((2, 0), np.float32))
+    with pytest.raises(ValueError, match="threads"):
+        _forward.layer_norm(x, weight, None, 1e-5, np.zeros_like(x), 0)
+
+
+def test_wrong_dtype_or_layout_is_refused():
+    # Cython's buffer check raises ValueError for both; no silent copy or cast.
+    weight = np.ones(4, dtype=np.float32)
+    with pytest.raises(ValueError):
+        _forward.layer_norm(np.zeros((2, 4), np.float64), weight, None, 1e-5,
+                            np.zeros((2, 4), np.float32))
+    strided = np.zeros((4, 8), dtype=np.float32)[:, ::2]
+    with pytest.raises(ValueError):
+        _forward.layer_norm(strided, weight, None, 1e-5, np.zeros((4, 4), np.float32))
