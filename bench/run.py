@@ -472,12 +472,12 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         t0 = time.perf_counter()
         agents[key] = kime.load(path, device="cpu", precision=prec, threads=args.threads,
                                 answer_cache=0)
-        log("%s loaded in %.2f s: %s" % (key, time.perf_counter() - t0, agents[key].device))
+        log("%s loaded in %.2f s: %s" % (key, time.perf_counter() - t0, agents[key].engine.device))
         engines.append(Engine(key, key, args.threads or None, kime_runner(agents[key])))
     agent = agents["kime"]
-    report["kime"] = {"version": kime.__version__, "device": agent.device,
+    report["kime"] = {"version": kime.__version__, "device": agent.engine.device,
                       "precision": args.precision, "threads": args.threads, "blas": blas_info(),
-                      "others": {k: {"device": a.device} for k, a in agents.items() if k != "kime"}}
+                      "others": {k: {"device": a.engine.device} for k, a in agents.items() if k != "kime"}}
     workloads = build_workloads(path, agent.engine, args.workloads)
     by_name = {w.name: w for w in workloads}
 

@@ -114,40 +114,48 @@ class Kime:
 
     # --- answering --------------------------------------------------------------------------
 
-    def decide(self, request: RequestLike, cache: bool = True) -> Response:
-        """Answer one request. Raises `InvalidRequest` listing every problem."""
-        return self.decide_batch([request], cache=cache)[0]
+    def decide(self, request: RequestLike, cache: bool = True,
+               temperatures: Optional[Temperatures] = None) -> Response:
+        """Answer one request. Raises `InvalidRequest` listing every problem.
 
-    def decide_batch(self, requests: Sequence[RequestLike], cache: bool = True) -> List[Response]:
+        `temperatures` replaces the checkpoint's calibration for this call (a calibration file's
+        or a language's); the forward pass and the cache do not depend on it."""
+        return self.decide_batch([request], cache=cache, temperatures=temperatures)[0]
+
+    def decide_batch(self, requests: Sequence[RequestLike], cache: bool = True,
+                     temperatures: Optional[Temperatures] = None) -> List[Response]:
         """Answer many requests, packing all their questions into as few backend calls as fit.
         One bad request fails the whole call, with every problem located by request index."""
-        return self.decide_batch_timed(requests, cache=cache)[0]
+        return self.decide_batch_timed(requests, cache=cache, temperatures=temperatures)[0]
 
-    def decide_batch_timed(self, requests: Sequence[RequestLike],
-                           cache: bool = True) -> Tuple[List[Response], Timing]:
+    def decide_batch_timed(self, requests: Sequence[RequestLike], cache: bool = True,
+                           temperatures: Optional[Temperatures] = None
+                           ) -> Tuple[List[Response], Timing]:
         """`decide_batch`, and where the time went."""
         t0 = time.perf_counter()
         jobs = self.lay_out(requests, cache)
         t1 = time.perf_counter()
         outputs, batches = self._submit(jobs, cache).result()
         t2 = time.perf_counter()
-        return self._responses(jobs, outputs), _timing(jobs, t1 - t0, t2 - t1, batches)
+        return (self._responses(jobs, outputs, temperatures),
+                _timing(jobs, t1 - t0, t2 - t1, batches))
 
-    async def decide_async(self, request: RequestLike, cache: bool = True) -> Response:
+    async def decide_async(self, request: RequestLike, cache: bool = True,
+                           temperatures: Optional[Temperatures] = None) -> Response:
         """`decide` for asyncio: the layout runs on a worker thread and the forward pass on the
         scheduler's, so the loop never blocks. Cancelling the task before its rows reach the
         device drops them without a forward pass."""
-        return (await self.decide_batch_async([request], cache))[0]
+        return (await self.decide_batch_async([request], cache, temperatures))[0]
 
-    async def decide_batch_async(self, requests: Sequence[RequestLike],
-                                 cache: bool = True) -> List[Response]:
+    async def decide_batch_async(self, requests: Sequence[RequestLike], cache: bool = True,
+                                 temperatures: Optional[Temperatures] = None) -> List[Response]:
         """`decide_batch` for asyncio (see `decide_async`)."""
         import asyncio  # here, not at import: it costs a third of `import kime`
 
         loop = asyncio.get_running_loop()
         jobs = await loop.run_in_executor(None, self.lay_out, requests, cache)
         outputs, _ = await asyncio.wrap_future(self._submit(jobs, cache))
-        return self._responses(jobs, outputs)
+        return self._responses(jobs, outputs, temperatures)
 
     def run_rows(self, rows: Sequence[Row], qtypes: Sequence[int],
                  cache: bool = True) -> List[RowOutput]:
@@ -204,19 +212,24 @@ class Kime:
         return self.scheduler.submit(rows, [q.type_index for job in jobs for q in job.questions],
                                      cache)
 
-    def _responses(self, jobs: Sequence[Job], outputs: Sequence[RowOutput]) -> List[Response]:
+    def _responses(self, jobs: Sequence[Job], outputs: Sequence[RowOutput],
+                   temperatures: Optional[Temperatures] = None) -> List[Response]:
+        temps = temperatures or self.temperatures
         responses = []
         at = 0
         for job in jobs:
-            responses.append(self._respond(job, outputs[at:at + len(job.rows)]))
+            responses.append(self.respond(job, outputs[at:at + len(job.rows)], temps))
             at += len(job.rows)
         return responses
 
-    def _respond(self, job: Job, outputs: Sequence[RowOutput]) -> Response:
+    def respond(self, job: Job, outputs: Sequence[RowOutput],
+                temperatures: Optional[Temperatures] = None) -> Response:
+        """A laid-out request's answers from its rows' raw outputs (`lay_out`, `run_rows`)."""
+        temps = temperatures or self.temperatures
         answers = {}
         usage = Usage()
         for q, row, head, out in zip(job.questions, job.rows, job.heads, outputs):
-            t = self.temperatures.for_question(q.type_index, int(out.logits.shape[0]))
+            t = temps.for_question(q.type_index, int(out.logits.shape[0]))
             answers[q.id] = make_answer(q, out.logits, out.act, t)
             usage.input_tokens += len(row.ids)
             usage.state_tokens = row.state_tokens

@@ -1,12 +1,14 @@
 """Model name, alias, `hf://` reference or path -> a local checkpoint directory.
 
-Loading never downloads; `pull` (behind `kime pull`) is the one function here that does.
+`kime.Kime` never downloads: `resolve` looks names up offline. Two functions here do download:
+`pull` (behind `kime pull`) and `fetch`, which Laya's surface (`kime.load`) calls because
+`laya.load` downloads a checkpoint missing from the cache on first use.
 
 The spellings are Laya 0.4.15's (`laya/router.py` names and aliases, `laya/agent.py::load` and
 `_is_local_checkpoint_arg` for telling a path from a name), so a string that loads a checkpoint in
 Laya names the same one here. Hub checkpoints are looked up in huggingface_hub's own cache with
 `local_files_only=True`: the engine must start the same way with or without a network, and
-fetching is an explicit step (`kime pull`), not a side effect of loading.
+fetching is an explicit step (`kime pull`), not a side effect of loading an engine.
 """
 from __future__ import annotations
 
@@ -200,6 +202,53 @@ def pull(name: str, revision: str | None = None, token: str | None = None) -> Pa
     return directory
 
 
+def fetch(repo: str, *, subfolder: str | None = None, revision: str | None = None,
+          token: str | None = None) -> Path:
+    """The snapshot directory holding `repo`'s checkpoint (in `subfolder`, or at its root) in
+    huggingface_hub's cache, downloading only when the cache has no copy: Laya's load.
+
+    The cached copy (of `revision`, else the default branch) is used without asking the network,
+    so a load that worked offline keeps working. Otherwise the checkpoint's files alone
+    (`allow_patterns`) are downloaded with huggingface_hub's own progress bars; `token` defaults
+    to $HF_TOKEN. With HF_HUB_OFFLINE=1 a miss raises the same ModelNotFound as `resolve`.
+    Returns the snapshot root (its name is the commit), not the subfolder.
+    """
+    import huggingface_hub  # slow to import; looked up at call time so tests can patch it
+    from huggingface_hub import constants
+
+    source = Source(repo if not subfolder else f"{repo}/{subfolder}", repo, subfolder)
+    cache = constants.HF_HUB_CACHE
+    prefix = f"{subfolder}/" if subfolder else ""
+    patterns = allow_patterns(subfolder)
+    try:
+        snapshot = huggingface_hub.snapshot_download(
+            repo, allow_patterns=patterns, revision=revision, local_files_only=True,
+            cache_dir=cache)
+        if (Path(snapshot) / prefix / CONFIG_FILE).is_file():
+            return Path(snapshot)
+        reason = f"its snapshot {snapshot} has no {prefix}{CONFIG_FILE}"
+    except (OSError, ValueError) as err:
+        if type(err).__name__ != "LocalEntryNotFoundError":
+            raise ModelNotFound(_missing_message(source, cache, "no usable snapshot (%s: %s)"
+                                                 % (type(err).__name__, err), None)) from err
+        reason = "no snapshot of it there" + (f" at revision {revision!r}" if revision else "")
+    if _offline():
+        raise ModelNotFound(_missing_message(source, cache, reason, None, offline=True))
+    what = source.describe() + (f" at revision {revision!r}" if revision else "")
+    try:
+        snapshot = huggingface_hub.snapshot_download(
+            repo, allow_patterns=patterns, revision=revision, cache_dir=cache,
+            token=token or os.environ.get("HF_TOKEN") or None)
+    except Exception as err:  # network, auth and not-found errors differ by version
+        detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise ModelNotFound(f"cannot download model {source.name!r} ({what}): "
+                            f"{type(err).__name__}" + (f": {detail}" if detail else "")) from err
+    if not (Path(snapshot) / prefix / CONFIG_FILE).is_file():
+        raise ModelNotFound(f"downloaded model {source.name!r} ({what}), but its snapshot "
+                            f"{snapshot} has no {prefix}{CONFIG_FILE}: it is not a Laya checkpoint")
+    return Path(snapshot)
+
+
 def _offline() -> bool:
     try:
         from huggingface_hub import constants
@@ -210,14 +259,17 @@ def _offline() -> bool:
 
 
 def _missing_message(source: Source, cache: str, reason: str,
-                     cache_dir: str | os.PathLike[str] | None) -> str:
-    """Names the model, what it resolved to, the cache looked in, and the commands that fix it."""
+                     cache_dir: str | os.PathLike[str] | None, offline: bool = False) -> str:
+    """Names the model, what it resolved to, the cache looked in, and the commands that fix it.
+    `offline`: the miss is final because HF_HUB_OFFLINE is set (kime.load downloads otherwise)."""
     patterns = [f"{source.subfolder}/*"] if source.subfolder else list(CHECKPOINT_PATTERNS)
     include = " ".join(f"--include '{pattern}'" for pattern in patterns)
     cache_flag = f" --cache-dir {cache}" if cache_dir is not None else ""
+    why = ("HF_HUB_OFFLINE is set, so nothing is downloaded: unset it, or" if offline
+           else "kime never downloads while loading:")
     return (
         f"model {source.name!r} ({source.describe()}) is not in the Hugging Face cache at {cache}: "
-        f"{reason}. kime never downloads while loading: run `kime pull {source.builtin or source.name}`"
+        f"{reason}. {why} run `kime pull {source.builtin or source.name}`"
         f" or `hf download {source.repo} {include}{cache_flag}`, or pass the checkpoint's directory"
     )
 

@@ -83,6 +83,12 @@ class Tokenizer:
         """Token ids of `text` with no special tokens added."""
         return self._tok.encode(text, add_special_tokens=False).ids
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of `ids`, special tokens kept: what transformers' `decode` gives for the BPE
+        tokenizers Laya ships (its space clean-up is skipped for BPE), so a token window decoded
+        here re-tokenizes as it does in Laya's `predict_long`."""
+        return self._tok.decode(list(ids), skip_special_tokens=False)
+
     def encode_many(self, texts: Sequence[str]) -> List[List[int]]:
         """`encode` over several texts in one call into the Rust side."""
         return [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]

@@ -15,7 +15,10 @@ environment has; the engine may need more), then:
 1. writes the `tiny` and `multilingual-tiny` checkpoints (seed 0) into
    `tests/goldens/checkpoints/<shape>`; they are committed, so a test needs no oracle;
 2. loads each with `laya.Agent(path, device="cpu")`, keeping the warnings the load raised;
-3. runs every case below and writes `tests/goldens/cases.json`.
+3. runs every case below and writes `tests/goldens/cases.json`;
+4. runs the Laya surface's recorders (`tools/goldens_agent.py`, `goldens_calibration.py`,
+   `goldens_confidence.py`), which write `tests/goldens/agent.json`, `calibration.json`,
+   `confidence.json` and `structured.json`.
 
 `cases.json` (UTF-8, indent 1) holds `laya_version`, `torch_version`, `transformers_version`,
 `tokenizers_version`, `checkpoints` (name -> path, shape, seed, load_warnings) and `cases`, each:
@@ -637,7 +640,8 @@ def check_every_shape_loads() -> None:
 
     for shape in SHAPES:
         with tempfile.TemporaryDirectory(prefix="kime-shape-") as tmp:
-            path = write_checkpoint(os.path.join(tmp, shape), shape, seed=SEED)
+            path = write_checkpoint(os.path.join(tmp, shape), shape, seed=SEED,
+                                    odd_temperatures=True)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 agent = laya.Agent(str(path), device="cpu")
@@ -657,7 +661,7 @@ def main() -> int:
     for name in CHECKPOINTS:
         path = GOLDENS / "checkpoints" / name
         shutil.rmtree(path, ignore_errors=True)
-        write_checkpoint(path, name, seed=SEED)
+        write_checkpoint(path, name, seed=SEED, odd_temperatures=True)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             agents[name] = laya.Agent(str(path), device="cpu")
@@ -699,7 +703,25 @@ def main() -> int:
     print("%d distinct texts tokenized" % len(dict.fromkeys(log.calls)))
     for line in problems:
         print("TOKENIZER MISMATCH", line)
-    return 1 if problems else 0
+    failed = record_areas()
+    return 1 if problems or failed else 0
+
+
+AREAS = ("goldens_agent.py", "goldens_calibration.py", "goldens_confidence.py")
+"""The Laya surface's recorders (issue 10), one file of goldens each, run after the core cases
+against the checkpoints just written."""
+
+
+def record_areas() -> List[str]:
+    """Run each area's recorder in this interpreter (the oracle); the names of those that failed."""
+    import subprocess
+
+    failed = []
+    for script in AREAS:
+        print("== %s" % script, flush=True)
+        if subprocess.run([sys.executable, str(ROOT / "tools" / script)]).returncode != 0:
+            failed.append(script)
+    return failed
 
 
 if __name__ == "__main__":

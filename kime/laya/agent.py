@@ -1,74 +1,514 @@
-"""Laya's `Agent` over the engine: `kime.load(...)` returns an object whose `predict`,
-`system_one` and `predict_batch` return what Laya 0.4.15's `Agent` returns for the same
-checkpoint and inputs (the same keys in the same order, the same types, numbers within float32
-noise), and raise Laya's argument errors. A Laya user changes one import.
+"""Laya 0.4.15's `Agent` and `load` over the engine, argument for argument: the same names,
+positional order and defaults, the same attributes, the same results (keys in Laya's order,
+numbers within float32 noise) and Laya's refusals. Code written for `laya` runs with
+`import kime as laya`.
+
+The agent owns Laya's surface and delegates each rule to its module: loading (`hub.fetch`,
+`revisions`), the device (`device`), hooks (`hooks`), temperatures, languages and calibration
+files (`calibration`), the `min_confidence` gate (`confidence`), long states (`long`) and
+schemas (`structured`). Answers come from `kime.Kime`, which knows none of these.
+
+Laya's torch-only switches (`fast`, `compile`, `compile_warmup`, `compile_cache`,
+`compile_mode`, `backend`, `onnx_path`) are accepted and change nothing: kime has one forward,
+compiled ahead of time, and no ONNX runtime. Their spellings are still checked as Laya checks
+them, so a typo fails here as it would there.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Tuple
+import os
+import time
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from .. import hub
+from ..checkpoint import read_agent_config
 from ..engine import Kime
+from ..errors import InvalidArgument, InvalidRequest, ModelNotFound, problem, warn_caller
+from ..layout import Row
 from ..render import State
 from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
+from .calibration import Calibration, resolve_lang_temperatures
+from .confidence import MinConfidence, apply_confidence_gate, check_min_confidence
+from .device import TorchLikeDevice, choose
+from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, aggregate_usage,
+                    compose_hooks, dispatch, normalise_hooks, validate_timeout)
+from .revisions import resolve_revision, snapshot_revision, verify_digests
+
+DEFAULT_MODEL = "convaiinnovations/laya"
+"""Laya's default checkpoint: the English model at the root of the bundle repo."""
+
+BACKENDS = ("auto", "eager", "compile", "tilelang", "onnx")
+_BACKEND_ALIASES = {"fast": "tilelang", "torch": "eager", "torch.compile": "compile",
+                    "inductor": "compile"}
+
+Questions = Dict[Any, Dict[str, Any]]
 
 
-class Agent:
-    """A Laya-compatible agent. Build it with `kime.load`."""
+def _as_list(value: Any) -> List[Any]:
+    """A per-call hook argument (None, one hook, or several) as a list."""
+    if value is None:
+        return []
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
-    def __init__(self, engine: Kime):
-        self.engine = engine
-        self.model_id = engine.model_id
-        cfg = engine.checkpoint.config
-        self.cfg: Dict[str, Any] = dict(cfg.raw)
-        self.temperature: List[float] = list(engine.temperatures.by_type)
-        self.temperature_by_options: Dict[str, float] = dict(engine.temperatures.by_options)
+
+def _backend_name(name: Any) -> str:
+    """Laya's spelling check for `backend=` (the value itself changes nothing here)."""
+    key = str(name).strip().lower().replace("_", "-") if name is not None else "eager"
+    key = _BACKEND_ALIASES.get(key, key)
+    if key not in BACKENDS:
+        raise ValueError("unknown backend %r; use one of %s" % (name, ", ".join(BACKENDS)))
+    return key
+
+
+def _is_local(text: str) -> bool:
+    """Laya's `_is_local_checkpoint_arg`: a path separator, a leading `.`/`~`, or a directory
+    holding a checkpoint. Anything else is a name or alias."""
+    return bool(text) and hub._looks_local(text)
+
+
+def _checkpoint_dir(name: str, subfolder: Optional[str], revision: Optional[str],
+                    token: Optional[str]) -> Tuple[str, Optional[str]]:
+    """(the checkpoint's directory, the Hub commit it was loaded at), as Laya finds it: an
+    existing path is used as it is; anything else is a Hub checkpoint, taken from the cache or
+    downloaded. `subfolder` is a directory inside either."""
+    commit: Optional[str] = None
+    if os.path.exists(name):
+        base = name
+    elif name.startswith(("/", "./", "../")) or os.path.isabs(name):
+        raise ModelNotFound("Local model path not found: %r. Check that the directory exists and "
+                            "that training saved the model successfully." % name)
+    else:
+        source = hub.locate(name)
+        if source.path is not None:
+            base = str(hub.resolve(name))  # a path spelled with `~`: resolve names what is wrong
+        else:
+            repo = source.repo or hub.BUNDLE_REPO
+            inner = "/".join(p for p in (source.subfolder, subfolder) if p) or None
+            pinned = resolve_revision(repo, revision)
+            snapshot = hub.fetch(repo, subfolder=inner, revision=pinned, token=token)
+            commit = snapshot_revision(str(snapshot)) or pinned
+            base = str(snapshot / source.subfolder) if source.subfolder else str(snapshot)
+    directory = os.path.join(base, subfolder) if subfolder else base
+    if subfolder and not os.path.isdir(directory):
+        raise ModelNotFound("Subfolder %r not found in %r." % (subfolder, name))
+    return directory, commit
+
+
+def _resolved_languages(directory: str, lang_temperatures: Any) -> Any:
+    """`lang_temperatures` resolved against the checkpoint's shipped temperatures before the
+    engine loads, so its warnings come before the checkpoint's, as in Laya. (Resolving is
+    idempotent: the Calibration resolves the result again without warning twice.) A
+    checkpoint whose temperatures cannot be read is left to the engine to refuse."""
+    if lang_temperatures is None:
+        return None
+    shipped = read_agent_config(directory).temperature
+    if not isinstance(shipped, (list, tuple)) or len(shipped) != 3:
+        return lang_temperatures
+    return resolve_lang_temperatures(lang_temperatures, shipped)
+
+
+class Agent(HookRegistry):
+    """A Laya checkpoint behind Laya's `Agent` API. Build it with `kime.load` (or
+    `Agent(model_id_or_path, ...)`, Laya's constructor), or around a loaded engine:
+    `Agent(kime.Kime(...))`.
+
+    Attributes (Laya's): `model_id`, `model_id_or_path`, `subfolder`, `revision` (the commit a
+    Hub checkpoint was loaded at), `cfg` (its `rl_agent_config.json`), `temperature`,
+    `temperature_by_options`, `temperature_raw`, `lang_temperatures`, `binning_map` (assigning
+    them changes later answers, as in Laya), `device` (reads like a `torch.device`),
+    `cpu_fallback_count` / `last_fallback_reason` (a GPU that could not run, so the CPU
+    answers), `hooks`, `hooks_raise`, `hooks_concurrent`, `hooks_timeout`. `engine` is the
+    `kime.Kime` underneath.
+    """
+
+    def __init__(
+        self,
+        model_id_or_path: Union[str, Kime] = DEFAULT_MODEL,
+        device: Optional[str] = None,
+        token: Optional[str] = None,
+        subfolder: Optional[str] = None,
+        fast: bool = False,
+        compile: bool = False,
+        revision: Optional[str] = None,
+        expected_sha256: Optional[Dict[str, str]] = None,
+        lang_temperatures: Optional[Dict[str, Dict[str, Any]]] = None,
+        hooks: HookArg = None,
+        on_predict_start: PredictHookArg = None,
+        on_predict_end: PredictHookArg = None,
+        hooks_raise: bool = True,
+        hooks_concurrent: bool = True,
+        hooks_timeout: Optional[float] = None,
+        calibration: Optional[str] = None,
+        backend: Optional[str] = None,
+        compile_warmup: bool = True,
+        compile_cache: bool = False,
+        compile_mode: str = "default",
+        *,
+        precision: Optional[str] = None,
+        threads: int = 0,
+        answer_cache: int = 4096,
+    ):
+        """Load a checkpoint (Laya's `Agent.__init__`; `kime.load` documents the arguments).
+
+        `precision`, `threads` and `answer_cache` are kime's own, keyword-only: see `kime.Kime`.
+        """
+        if backend is not None and _backend_name(backend) == "onnx":
+            raise ValueError("use laya.load(..., backend='onnx') or ONNXAgent")
+        if compile and not fast and backend is None and compile_mode not in ("default",
+                                                                             "reduce-overhead"):
+            raise ValueError("compile_mode must be 'default' or 'reduce-overhead'")
+        self.hooks: List[Any] = normalise_hooks(hooks, on_predict_start, on_predict_end)
+        self.hooks_raise = bool(hooks_raise)
+        self.hooks_concurrent = bool(hooks_concurrent)
+        self.hooks_timeout = validate_timeout(hooks_timeout)
+        self._hooks_lock = None if hooks_concurrent else threading.RLock()
+        self._hooks_mutex = threading.Lock()
+        self.cpu_fallback_count = 0
+        self.last_fallback_reason: Optional[str] = None
+        self.revision: Optional[str] = None
+        self.subfolder = subfolder
+        if isinstance(model_id_or_path, Kime):
+            self.engine = model_id_or_path
+            self._owns_engine = False
+            asked: Any = str(self.engine.backend.device)
+            self.model_id_or_path: str = self.engine.model_id
+        else:
+            self.model_id_or_path = str(model_id_or_path)
+            directory, self.revision = _checkpoint_dir(self.model_id_or_path, subfolder, revision,
+                                                       token)
+            verify_digests(directory, expected_sha256)  # before any file is parsed
+            asked = device if device is None or str(device).strip().lower() != "auto" else None
+            # Laya's order of warnings: the device, the languages, then the checkpoint's values.
+            use, fell_back = choose(asked, precision, threads)
+            lang_temperatures = _resolved_languages(directory, lang_temperatures)
+            self.engine = Kime(directory, device=use, precision=precision, threads=threads,
+                               answer_cache=answer_cache)
+            self._owns_engine = True
+            if fell_back is not None:
+                self.cpu_fallback_count += 1
+                self.last_fallback_reason = fell_back
+        self.model_id: str = self.model_id_or_path
+        self._device = TorchLikeDevice.of(self.engine.backend.device, asked)
+        self.calibration = Calibration(self.engine, lang_temperatures, calibration,
+                                       model_id_or_path=self.model_id_or_path,
+                                       subfolder=subfolder)
+
+    # --- Laya's attributes ------------------------------------------------------------------
 
     @property
-    def device(self) -> str:
-        return self.engine.device
+    def device(self) -> TorchLikeDevice:
+        """Where the model runs, as a `torch.device` reads: `str(agent.device)`, `.type`."""
+        return self._device
 
-    def predict_batch(self, states: List[State], questions: Dict[Any, Dict[str, Any]],
-                      batch_size: Optional[int] = None, max_len: Optional[int] = None,
-                      head_max_len: Optional[int] = None) -> List[Dict[str, Any]]:
-        """The same questions over many states, in shared forward passes; one result per state.
+    @property
+    def cfg(self) -> Dict[str, Any]:
+        """The checkpoint's `rl_agent_config.json`."""
+        return self.calibration.cfg
 
-        `batch_size` caps the states per forward pass (memory); it never changes an answer.
+    @property
+    def temperature(self) -> List[float]:
+        """Per-type temperatures applied (choice, score, noul), clamped."""
+        return self.calibration.temperature
+
+    @temperature.setter
+    def temperature(self, value: List[float]) -> None:
+        self.calibration.temperature = value
+
+    @property
+    def temperature_by_options(self) -> Dict[str, float]:
+        """Per-bucket temperatures applied (`choice:3-5`, ...), clamped."""
+        return self.calibration.temperature_by_options
+
+    @temperature_by_options.setter
+    def temperature_by_options(self, value: Dict[str, float]) -> None:
+        self.calibration.temperature_by_options = value
+
+    @property
+    def temperature_raw(self) -> List[Any]:
+        """The per-type temperatures as shipped, before clamping."""
+        return self.calibration.temperature_raw
+
+    @property
+    def lang_temperatures(self) -> Dict[str, Dict[str, Any]]:
+        """Per-language temperature overrides, keyed by primary subtag (`fr`)."""
+        return self.calibration.lang_temperatures
+
+    @lang_temperatures.setter
+    def lang_temperatures(self, value: Dict[str, Dict[str, Any]]) -> None:
+        self.calibration.lang_temperatures = value
+
+    @property
+    def binning_map(self) -> Optional[Dict[str, Dict[str, Any]]]:
+        """The histogram map applied to `answer_confidence`, or None."""
+        return self.calibration.binning_map
+
+    @binning_map.setter
+    def binning_map(self, value: Optional[Dict[str, Dict[str, Any]]]) -> None:
+        self.calibration.binning_map = value
+
+    # --- answering --------------------------------------------------------------------------
+
+    def predict_batch(self, states: List[State], questions: Questions,
+                      batch_size: Optional[int] = None, lang: Optional[str] = None,
+                      hooks: HookArg = None,
+                      on_predict_start: PredictHookArg = None,
+                      on_predict_end: PredictHookArg = None,
+                      hooks_raise: Optional[bool] = None,
+                      hooks_timeout: Optional[float] = None,
+                      max_len: Optional[int] = None,
+                      head_max_len: Optional[int] = None,
+                      sort_by_length: bool = False,
+                      min_confidence: Optional[MinConfidence] = None) -> List[Dict[str, Any]]:
+        """The same questions over many states, in shared forward passes; one result per state,
+        in input order.
+
+        `batch_size` caps the states per forward pass and `sort_by_length` groups states of
+        similar length; in Laya both trade padding for memory. kime's rows are never padded and
+        a row's answer does not depend on its batch, so neither changes any answer here.
+        `lang` picks a language's temperatures (`lang_temperatures`); `min_confidence` (a float
+        in [0, 1] or a per-bucket map) gates each answer (`abstention`, ...). Hooks run in
+        Laya's order: start hooks, validation and inference, the gate, end hooks; `on_error`
+        on a failure. `hooks_raise` / `hooks_timeout` override the agent's for this call.
         """
-        answered, chunks = self._plan(states, questions, batch_size, max_len, head_max_len)
-        if answered is not None:
-            return answered
-        out: List[Dict[str, Any]] = []
-        for chunk in chunks:
-            out.extend(wire.result(r) for r in self.engine.decide_batch(chunk))
-        return out
+        call = self._open_call(states, questions, hooks, on_predict_start, on_predict_end,
+                               hooks_raise, hooks_timeout, max_len, head_max_len, min_confidence)
+        try:
+            call.start()
+            ctx = call.ctx
+            if ctx.results is None:
+                answered, chunks = self._plan(ctx.states, ctx.questions, batch_size, ctx.max_len,
+                                              ctx.head_max_len)
+                if answered is None:
+                    temps = self.calibration.temperatures(lang)
+                    conf = self.calibration.answer_conf(lang)
+                    answered = [wire.result(r, conf) for chunk in chunks
+                                for r in self.engine.decide_batch(chunk, temperatures=temps)]
+                ctx.results = answered
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            call.finish()
+        return call.ctx.results  # type: ignore[return-value]
 
-    async def predict_batch_async(self, states: List[State], questions: Dict[Any, Dict[str, Any]],
-                                  batch_size: Optional[int] = None, max_len: Optional[int] = None,
-                                  head_max_len: Optional[int] = None) -> List[Dict[str, Any]]:
-        """`predict_batch` for asyncio: cancelling the task drops rows not yet on the device."""
-        answered, chunks = self._plan(states, questions, batch_size, max_len, head_max_len)
-        if answered is not None:
-            return answered
-        out: List[Dict[str, Any]] = []
-        for chunk in chunks:
-            out.extend(wire.result(r) for r in await self.engine.decide_batch_async(chunk))
-        return out
+    def system_one(self, state: State, questions: Questions, lang: Optional[str] = None,
+                   hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+                   on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
+                   hooks_timeout: Optional[float] = None, max_len: Optional[int] = None,
+                   head_max_len: Optional[int] = None,
+                   min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
+        """Answer typed questions about one state (every question in one forward pass): Laya's
+        result dict with `model`, `answers` and `usage`. Arguments as in `predict_batch`."""
+        return self.predict_batch([state], questions, lang=lang, hooks=hooks,
+                                  on_predict_start=on_predict_start,
+                                  on_predict_end=on_predict_end, hooks_raise=hooks_raise,
+                                  hooks_timeout=hooks_timeout, max_len=max_len,
+                                  head_max_len=head_max_len, min_confidence=min_confidence)[0]
 
-    async def predict_async(self, state: State, questions: Dict[Any, Dict[str, Any]],
-                            max_len: Optional[int] = None,
-                            head_max_len: Optional[int] = None) -> Dict[str, Any]:
+    predict = system_one
+
+    async def predict_batch_async(self, states: List[State], questions: Questions,
+                                  batch_size: Optional[int] = None, lang: Optional[str] = None,
+                                  hooks: HookArg = None,
+                                  on_predict_start: PredictHookArg = None,
+                                  on_predict_end: PredictHookArg = None,
+                                  hooks_raise: Optional[bool] = None,
+                                  hooks_timeout: Optional[float] = None,
+                                  max_len: Optional[int] = None,
+                                  head_max_len: Optional[int] = None,
+                                  sort_by_length: bool = False,
+                                  min_confidence: Optional[MinConfidence] = None
+                                  ) -> List[Dict[str, Any]]:
+        """`predict_batch` for asyncio: the loop never blocks (hooks, when there are any, run on
+        a worker thread), and cancelling the task drops rows not yet on the device."""
+        call = self._open_call(states, questions, hooks, on_predict_start, on_predict_end,
+                               hooks_raise, hooks_timeout, max_len, head_max_len, min_confidence)
+        try:
+            await call.run_async(call.start)
+            ctx = call.ctx
+            if ctx.results is None:
+                answered, chunks = self._plan(ctx.states, ctx.questions, batch_size, ctx.max_len,
+                                              ctx.head_max_len)
+                if answered is None:
+                    temps = self.calibration.temperatures(lang)
+                    conf = self.calibration.answer_conf(lang)
+                    answered = []
+                    for chunk in chunks:
+                        responses = await self.engine.decide_batch_async(chunk,
+                                                                         temperatures=temps)
+                        answered.extend(wire.result(r, conf) for r in responses)
+                ctx.results = answered
+        except BaseException as exc:
+            await call.run_async(lambda: call.fail(exc))
+            raise
+        finally:
+            await call.run_async(call.finish)
+        return call.ctx.results  # type: ignore[return-value]
+
+    async def predict_async(self, state: State, questions: Questions, lang: Optional[str] = None,
+                            hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+                            on_predict_end: PredictHookArg = None,
+                            hooks_raise: Optional[bool] = None,
+                            hooks_timeout: Optional[float] = None, max_len: Optional[int] = None,
+                            head_max_len: Optional[int] = None,
+                            min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
         """`predict` for asyncio."""
-        return (await self.predict_batch_async([state], questions, max_len=max_len,
-                                               head_max_len=head_max_len))[0]
+        return (await self.predict_batch_async(
+            [state], questions, lang=lang, hooks=hooks, on_predict_start=on_predict_start,
+            on_predict_end=on_predict_end, hooks_raise=hooks_raise, hooks_timeout=hooks_timeout,
+            max_len=max_len, head_max_len=head_max_len, min_confidence=min_confidence))[0]
 
-    def _plan(self, states: Any, questions: Any, batch_size: Optional[int],
-              max_len: Optional[int], head_max_len: Optional[int]
+    def predict_long(self, state: State, questions: Questions, window: Optional[int] = None,
+                     stride: Optional[int] = None, aggregate: str = "auto",
+                     batch_size: Optional[int] = None, lang: Optional[str] = None,
+                     hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+                     on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
+                     hooks_timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Questions over a state longer than one row holds: the state is tokenized once, cut
+        into overlapping windows (`window` tokens every `stride`), every window is answered in
+        shared unpadded batches, and each question takes its answer from the deciding window
+        (`answer["window"]`; see `kime.laya.long`). `usage["windows"]` counts the windows read.
+
+        Hooks run as in Laya: around `predict` when the state fits one window, else around
+        `predict_batch` over the window texts, so a start hook sees the windows in `ctx.states`.
+        A hook that answers (`ctx.skip`) gives one unattributed result with `windows` 0; one
+        that replaces the windows gets the answers of the states it left, unattributed.
+        """
+        from .long import combine, plan
+
+        p = plan(self, state, questions, window, stride, aggregate, batch_size, lang)
+        seen: Dict[str, Any] = {"answered": False, "states": None}
+
+        def probe(ctx: PredictContext) -> None:  # last start hook: what inference will act on
+            seen["answered"] = ctx.results is not None
+            seen["states"] = list(ctx.states)
+
+        starts = list(_as_list(on_predict_start)) + [probe]
+        hook_kw: Dict[str, Any] = dict(hooks=hooks, on_predict_start=starts,
+                                       on_predict_end=on_predict_end, hooks_raise=hooks_raise,
+                                       hooks_timeout=hooks_timeout)
+        if p.fits:
+            single = dict(self.system_one(state, questions, lang, **hook_kw))
+            single["usage"] = {**(single.get("usage") or {}),
+                               "windows": 0 if seen["answered"] else 1}
+            return single
+        results = self.predict_batch(list(p.windows), questions, batch_size=batch_size,
+                                     lang=lang, **hook_kw)
+        if seen["answered"]:
+            if len(results) != 1:
+                raise InvalidRequest([problem(["hooks"], "predict_long: a start hook answered "
+                                              "this state with %d results; ctx.skip() takes one "
+                                              "result for the document, not one per window"
+                                              % len(results), "value_error.hooks", len(results))])
+            warn_caller("kime: predict_long: a hook answered the state before it was scanned, so "
+                        "no window decided the result and none is reported")
+            document = dict(results[0])
+            document["usage"] = {**(document.get("usage") or {}), "windows": 0}
+            return document
+        rewritten = seen["states"] is not None and seen["states"] != p.windows
+        if not results:
+            warn_caller("kime: predict_long: a start hook left no states to score, so the call "
+                        "aggregated nothing and returns no answers")
+            return {"model": wire.LAYA_MODEL, "answers": {},
+                    "usage": {**aggregate_usage(results), "windows": 0}}
+        return combine(p, results, attributed=not rewritten)
+
+    def decide(self, state: State, schema: Any = None, *, questions: Optional[Questions] = None,
+               return_details: bool = False, min_confidence: Optional[MinConfidence] = None,
+               **predict_kwargs: Any) -> Any:
+        """Answer `state` against a JSON Schema or pydantic model (or explicit `questions`) and
+        return typed values; see `kime.laya.structured`. Other keywords go to `predict`."""
+        from .structured import decide
+
+        return decide(self, state, schema, questions=questions, return_details=return_details,
+                      min_confidence=min_confidence, **predict_kwargs)
+
+    def decide_batch(self, states: List[State], schema: Any = None, *,
+                     questions: Optional[Questions] = None, return_details: bool = False,
+                     min_confidence: Optional[MinConfidence] = None,
+                     **predict_kwargs: Any) -> List[Any]:
+        """`decide` over many states in one `predict_batch` (shared forward passes)."""
+        from .structured import decide_batch
+
+        return decide_batch(self, states, schema, questions=questions,
+                            return_details=return_details, min_confidence=min_confidence,
+                            **predict_kwargs)
+
+    # --- calibration ------------------------------------------------------------------------
+
+    def save_calibration(self, path: str) -> None:
+        """Write the temperatures (and binning map) with this checkpoint's identity, atomically,
+        in Laya's format. Weights are never written."""
+        self.calibration.save(path)
+
+    def load_calibration(self, path: str) -> None:
+        """Install a calibration file (kime's or Laya's): it replaces the temperatures and the
+        binning map. A file fitted for another checkpoint warns and still loads."""
+        self.calibration.load(path)
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    WARMUP_SHAPES = ((1, 64, 3), (4, 128, 5))
+    """(rows, tokens, markers) `warmup` runs by default."""
+
+    def warmup(self, shapes: Optional[Sequence[Tuple[int, int, int]]] = None) -> float:
+        """Run the forward on synthetic rows of each (rows, tokens, markers) shape and return
+        the seconds it took. kime's kernels are compiled ahead of time, so this only builds the
+        plans and touches the weights the first requests would; no hook runs, nothing is
+        cached. Tokens are capped at the checkpoint's `max_len`."""
+        max_len = self.engine.max_row_tokens
+        fill = self.engine.layouter.tok.cls_id
+        t0 = time.perf_counter()
+        for rows, tokens, markers in (self.WARMUP_SHAPES if shapes is None else shapes):
+            tokens = max(int(markers) + 2, min(int(tokens), max_len))
+            row = Row(ids=[fill] * tokens, markers=list(range(1, int(markers) + 1)),
+                      state_tokens=0, state_tokens_used=0)
+            self.engine.run_rows([row] * int(rows), [0] * int(rows), cache=False)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        """Free the model (when this agent loaded it). The agent cannot answer afterwards."""
+        if self._owns_engine:
+            self.engine.close()
+
+    def __enter__(self) -> "Agent":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "Agent(model_id=%r, device=%s)" % (self.model_id, self.device)
+
+    # --- the steps --------------------------------------------------------------------------
+
+    def _open_call(self, states: Any, questions: Any, hooks: HookArg,
+                   on_predict_start: PredictHookArg, on_predict_end: PredictHookArg,
+                   hooks_raise: Optional[bool], hooks_timeout: Optional[float],
+                   max_len: Optional[int], head_max_len: Optional[int],
+                   min_confidence: Any) -> "_HookedCall":
+        """Laya's checks before anything runs (the gate, the call's hooks, the timeout, in that
+        order), and the call's context."""
+        gate = check_min_confidence(min_confidence) if min_confidence is not None else None
+        active = compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end)
+        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
+        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+        ctx = PredictContext(states=states, questions=questions, model=self.model_id, agent=self,
+                             max_len=max_len, head_max_len=head_max_len)
+        return _HookedCall(ctx, active, raise_errors, self._hooks_lock, timeout, gate)
+
+    def _plan(self, states: Any, questions: Any, batch_size: Any, max_len: Optional[int],
+              head_max_len: Optional[int]
               ) -> Tuple[Optional[List[Dict[str, Any]]], List[List[Request]]]:
         """Laya's argument checks, then (the finished answer, []) for the calls Laya answers
         without a forward pass, or (None, the requests in `batch_size` chunks). The questions
         are validated here, once, and every request carries the validated set."""
-        raise_if([], check_states(states) + questions_arg_problems(questions))
+        size_problems = [] if batch_size is None or (isinstance(batch_size, int) and not
+                                                     isinstance(batch_size, bool)) else [
+            problem(["batch_size"], "batch_size must be an integer or None, got %r"
+                    % (batch_size,), "type_error.integer", batch_size)]
+        raise_if([], check_states(states) + questions_arg_problems(questions) + size_problems)
         states = list(states)
         if not states:
             return [], []
@@ -80,20 +520,116 @@ class Agent:
         size = batch_size if (batch_size and batch_size > 0) else len(reqs)
         return None, [reqs[start:start + size] for start in range(0, len(reqs), size)]
 
-    def system_one(self, state: State, questions: Dict[Any, Dict[str, Any]],
-                   max_len: Optional[int] = None, head_max_len: Optional[int] = None) -> Dict[str, Any]:
-        """Answer typed questions about one state in one forward pass."""
-        return self.predict_batch([state], questions, max_len=max_len, head_max_len=head_max_len)[0]
 
-    predict = system_one
+class _HookedCall:
+    """One call's hooks, in Laya's order around the work: `start` (start hooks), the work,
+    `fail` (on_error hooks; one that fails is chained to the original error, never hides it),
+    then always `finish` (elapsed time, usage totals, the confidence gate, end hooks)."""
 
-    def __repr__(self) -> str:
-        return "kime.Agent(model=%r, device=%r)" % (self.model_id, self.device)
+    def __init__(self, ctx: PredictContext, hooks: List[Any], raise_errors: bool, lock: Any,
+                 timeout: Optional[float], gate: Optional[MinConfidence]):
+        self.ctx = ctx
+        self.hooks = hooks
+        self.raise_errors = raise_errors
+        self.lock = lock
+        self.timeout = timeout
+        self.gate = gate
+
+    def _dispatch(self, event: str) -> None:
+        dispatch(self.hooks, event, self.ctx, raise_errors=self.raise_errors, lock=self.lock,
+                 timeout=self.timeout)
+
+    def start(self) -> None:
+        self._dispatch("on_predict_start")
+
+    def fail(self, exc: BaseException) -> None:
+        self.ctx.error = exc
+        try:
+            self._dispatch("on_error")
+        except BaseException as hook_exc:
+            exc.__context__ = hook_exc
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
+        if ctx.results is not None:
+            ctx.usage = aggregate_usage(ctx.results)
+            apply_confidence_gate(ctx.results, self.gate)
+        try:
+            self._dispatch("on_predict_end")
+        except BaseException as hook_exc:
+            if ctx.error is None:
+                raise
+            ctx.error.__context__ = hook_exc
+
+    async def run_async(self, step: Callable[[], None]) -> None:
+        """Run a step off the event loop when there are hooks to run (they may block), inline
+        when there are none."""
+        if self.hooks:
+            import asyncio
+
+            await asyncio.to_thread(step)
+        else:
+            step()
 
 
-def load(model: str = "laya", device: str = "auto", precision: Optional[str] = None,
-         threads: int = 0, answer_cache: int = 4096) -> Agent:
-    """Load a checkpoint behind Laya's API. See `kime.Kime` for what `model` may be and for the
-    answer cache (0 switches it off, as a benchmark must)."""
-    return Agent(Kime(model, device=device, precision=precision, threads=threads,
-                      answer_cache=answer_cache))
+def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[str] = None,
+         token: Optional[str] = None, subfolder: Optional[str] = None, fast: bool = False,
+         compile: bool = False, revision: Optional[str] = None,
+         expected_sha256: Optional[Dict[str, str]] = None,
+         lang_temperatures: Optional[Dict[str, Dict[str, Any]]] = None,
+         hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+         on_predict_end: PredictHookArg = None, hooks_raise: bool = True,
+         hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
+         calibration: Optional[str] = None, backend: Optional[str] = None,
+         onnx_path: Optional[str] = None, compile_warmup: bool = True,
+         compile_cache: bool = False, compile_mode: str = "default", *,
+         precision: Optional[str] = None, threads: int = 0, answer_cache: int = 4096) -> Agent:
+    """Load a Laya checkpoint behind Laya's API (`laya.load`, argument for argument).
+
+    `model_id_or_path`: a name or alias (`laya`, `multilingual`, `typed-decisions`, `ml`, ...,
+    resolved to the bundle repo and its subfolder, as Laya does), a Hub repo id, an
+    `hf://org/repo[/subfolder]` reference, or a checkpoint directory. A Hub checkpoint is taken
+    from huggingface_hub's cache, or downloaded on first use with huggingface_hub's progress
+    bars (HF_HUB_OFFLINE=1: never downloaded; a miss names the commands that fetch it).
+    `token` (default $HF_TOKEN) is for private repos; `subfolder` picks one checkpoint out of a
+    repo that bundles several; `revision` (or $LAYA_REVISION; `reviewed` = the reviewed pin)
+    pins the commit; `expected_sha256` ({file: hex digest}, or $LAYA_SHA256_DIGESTS) is verified
+    before any file is parsed.
+
+    `device`: None/`auto` (a GPU when one runs here, else the CPU), `cpu`, `cuda`, `cuda:N`. A
+    GPU that cannot run here warns and the CPU answers, counted in `cpu_fallback_count` with
+    the reason in `last_fallback_reason`; so do `mps` and `xpu`, which kime does not run.
+    (`kime.Kime` refuses such a device instead.)
+
+    `lang_temperatures`, `calibration` (a file from `save_calibration`): see `Agent`. `hooks`,
+    `on_predict_start`, `on_predict_end`, `hooks_raise`, `hooks_concurrent`, `hooks_timeout`:
+    see `kime.laya.hooks`.
+
+    Accepted for Laya's sake and without effect: `fast`, `compile`, `compile_warmup`,
+    `compile_cache`, `compile_mode`, `backend` (any of Laya's, `onnx` included) and
+    `onnx_path`. kime's own, keyword-only: `precision`, `threads`, `answer_cache` (see
+    `kime.Kime`; `answer_cache=0` switches the answer cache off, as a benchmark must).
+    """
+    if backend is not None and _backend_name(backend) == "onnx":
+        backend = None  # Laya's ONNX agent: kime answers with its own forward
+    name = model_id_or_path
+    if isinstance(name, str) and subfolder is None and not _is_local(name):
+        builtin = hub.ALIASES.get(name.strip().lower(), name.strip().lower())
+        if builtin in hub.MODELS:
+            name, subfolder = hub.BUNDLE_REPO, hub.MODELS[builtin]
+    return Agent(name, device=device, token=token, subfolder=subfolder, fast=fast,
+                 compile=compile, revision=revision,
+                 expected_sha256=expected_sha256, lang_temperatures=lang_temperatures,
+                 hooks=hooks, on_predict_start=on_predict_start, on_predict_end=on_predict_end,
+                 hooks_raise=hooks_raise, hooks_concurrent=hooks_concurrent,
+                 hooks_timeout=hooks_timeout, calibration=calibration, backend=backend,
+                 compile_warmup=compile_warmup, compile_cache=compile_cache,
+                 compile_mode=compile_mode, precision=precision, threads=threads,
+                 answer_cache=answer_cache)
+
+
+RLAgent = Agent
+"""Laya's older name for `Agent`."""
+
+__all__ = ["Agent", "RLAgent", "load"]

@@ -4,7 +4,7 @@ to 4 decimals), so `kime.load(...).predict(...)` equals Laya's output.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
@@ -21,13 +21,18 @@ def _r(x: float) -> float:
     return round(float(x), DIGITS)
 
 
-def answer(a: Answer) -> Dict[str, Any]:
+AnswerConfidence = Callable[[Answer], float]
+"""How an answer's `answer_confidence` is computed: max(p) by default, or through a calibration's
+binning map."""
+
+
+def answer(a: Answer, answer_conf: Optional[AnswerConfidence] = None) -> Dict[str, Any]:
     """One answer as Laya's dict: the value, probabilities (and a score's legend), then the
     confidences and the act probability."""
     p, k = a.probabilities, a.k
     common = {
         "confidence": _r(confidence(a.type, p)),
-        "answer_confidence": _r(answer_confidence(p, k)),
+        "answer_confidence": _r(answer_conf(a) if answer_conf else answer_confidence(p, k)),
         "action": {"act_probability": _r(a.act_probability)},
     }
     if a.type == "choice":
@@ -59,10 +64,10 @@ def usage(u: Usage, has_questions: bool = True) -> Dict[str, Any]:
     return out
 
 
-def result(response: Response) -> Dict[str, Any]:
+def result(response: Response, answer_conf: Optional[AnswerConfidence] = None) -> Dict[str, Any]:
     """Laya's result dict for one state: `model`, `answers` (rounded), `usage`."""
     return {"model": LAYA_MODEL,
-            "answers": {qid: answer(a) for qid, a in response.answers.items()},
+            "answers": {qid: answer(a, answer_conf) for qid, a in response.answers.items()},
             "usage": usage(response.usage, bool(response.answers))}
 
 
