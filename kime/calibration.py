@@ -9,10 +9,9 @@ build another `Temperatures` over the same rule.
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from .errors import CheckpointError
+from .errors import CheckpointError, warn_caller
 from .render import QTYPE_NAMES
 
 TEMP_MIN = 0.5
@@ -73,10 +72,10 @@ class Temperatures:
     def warn(self) -> None:
         """Say which shipped values were replaced (Laya warns the same at load)."""
         if self.rejected:
-            warnings.warn(
+            warn_caller(
                 "kime: this checkpoint ships invalid temperatures or values outside [%g, %g]; "
                 "using %s. Treat confidence from the affected entries as uncalibrated."
-                % (TEMP_MIN, TEMP_MAX, ", ".join(self.rejected)), RuntimeWarning, stacklevel=3)
+                % (TEMP_MIN, TEMP_MAX, ", ".join(self.rejected)))
 
     def for_question(self, qtype: int, k: int) -> float:
         return self.by_options.get(temp_bucket(qtype, k), self.by_type[qtype])

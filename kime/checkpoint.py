@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Tuple
 
@@ -212,6 +213,44 @@ class Weights(Mapping[str, np.ndarray]):
         return sum(4 * int(np.prod(s)) for s in self._shapes.values())
 
 
+def _check_extent(weights_path: str) -> None:
+    """Refuse a file cut short (an interrupted download or copy) naming the tensors it lost:
+    safetensors itself only says the file is "not fully covered". Reads the header alone."""
+    size = os.path.getsize(weights_path)
+    try:
+        with open(weights_path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise CheckpointError("%s is %d bytes long: too short for a safetensors header; "
+                                      "the file is truncated, fetch it again" % (weights_path, size))
+            (n,) = struct.unpack("<Q", head)
+            if n > size - 8:
+                raise CheckpointError("%s: its header claims %d bytes but the file holds %d; the "
+                                      "file is truncated, fetch it again" % (weights_path, n, size))
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        raise CheckpointError("%s does not read as safetensors: its header is not valid JSON "
+                              "(%s); the file is corrupted, fetch it again" % (weights_path, e)) from e
+    available = size - 8 - n
+    if not isinstance(header, dict):
+        raise CheckpointError("%s does not read as safetensors: its header is not a JSON object"
+                              % weights_path)
+    cut = []
+    for name, info in header.items():
+        offsets = info.get("data_offsets") if isinstance(info, dict) else None
+        if isinstance(offsets, list) and len(offsets) == 2 and isinstance(offsets[1], int) \
+                and offsets[1] > available:
+            cut.append((offsets[0], name))
+    if cut:
+        cut.sort()
+        names = [name for _, name in cut]
+        raise CheckpointError(
+            "%s is truncated: it holds %d bytes of tensor data, but tensor %s lies past the end%s; "
+            "the download or copy was cut short, fetch it again"
+            % (weights_path, available, names[0],
+               " (and %d more after it)" % (len(names) - 1) if len(names) > 1 else ""))
+
+
 def load_weights(path: str, graph: Graph) -> Weights:
     """Check every tensor of `model.safetensors` against the graph from the file's header."""
     from safetensors import safe_open
@@ -220,6 +259,7 @@ def load_weights(path: str, graph: Graph) -> Weights:
     if not os.path.isfile(weights_path):
         raise CheckpointFileMissing("the checkpoint has no weights: %s is missing" % weights_path)
     expected = graph.tensors()
+    _check_extent(weights_path)
     try:
         handle = safe_open(weights_path, framework="numpy")
     except Exception as e:  # safetensors raises its own SafetensorError

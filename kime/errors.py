@@ -7,7 +7,10 @@ written for Laya's `Agent` keep catching what they caught before.
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, List, Sequence
+import os
+import sys
+import warnings
+from typing import Any, Dict, List, Sequence, Type
 
 Problem = Dict[str, Any]
 """One validation problem in FastAPI's 422 format: `loc`, `msg`, `type`, `input`."""
@@ -116,8 +119,27 @@ def problem(loc: Sequence[Any], msg: str, type_: str, input_: Any) -> Problem:
 
 
 def _json_safe(value: Any) -> Any:
+    """`value` when strict JSON can carry it, else its repr: a 422 body must serialise even when
+    the offending input held NaN, infinity, bytes or an object (strict, because HTTP clients and
+    Starlette refuse NaN), or was nested too deeply to encode."""
     try:
-        json.dumps(value)
+        json.dumps(value, allow_nan=False)
         return value
-    except (TypeError, ValueError):
-        return repr(value)
+    except (TypeError, ValueError, RecursionError):
+        try:
+            return repr(value)
+        except RecursionError:
+            return "<%s nested too deeply to show>" % type(value).__name__
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn_caller(message: str, category: Type[Warning] = RuntimeWarning) -> None:
+    """Warn at the first frame outside kime, so the warning names the user's line (say, their
+    `kime.load(...)`) however deep inside kime it was raised."""
+    level, frame = 2, sys._getframe(1)  # stacklevel 2 is warn_caller's caller, frame 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        level += 1
+        frame = frame.f_back  # type: ignore[assignment]
+    warnings.warn(message, category, stacklevel=level)

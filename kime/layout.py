@@ -156,6 +156,10 @@ class Layouter:
         except (TypeError, ValueError) as e:
             raise InvalidArgument([problem(list(loc), "state must be JSON-serializable: %s" % e,
                                            "type_error.json", state)]) from e
+        except RecursionError:
+            raise InvalidArgument([problem(list(loc), "state is nested too deeply to serialise as "
+                                           "JSON; flatten it", "value_error.depth",
+                                           "<nested too deeply to show>")]) from None
         return self.tok.encode(text.replace(self.tok.mask_text, " "))
 
     def budgets(self, max_len: Optional[int], head_max_len: Optional[int]) -> Tuple[int, int]:

@@ -7,6 +7,7 @@ Each problem is in FastAPI's 422 format, located at `["questions", qid, field]` 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -50,6 +51,8 @@ class Request:
                                     "'max_len' and 'head_max_len'" % (key,), "extra_forbidden",
                                     data[key]))
         if problems:
+            if isinstance(questions, dict):  # every problem at once: the questions' too
+                problems += check_questions(questions)[1]
             raise InvalidArgument(problems)
         return cls(state=data["state"], questions=questions, max_len=data.get("max_len"),
                    head_max_len=data.get("head_max_len"))
@@ -85,6 +88,8 @@ def check_question(qid: Any, qdef: Any) -> List[Problem]:
         add(None, "question id must not be None", "value_error.id", qid)
     elif not isinstance(qid, (str, int)) or (isinstance(qid, str) and not qid.strip()):
         add(None, "question id must be a non-empty string, got %r" % (qid,), "value_error.id", qid)
+    else:
+        out += text_problems(qid, loc, "question id %r" % (qid,))
     if not isinstance(qdef, dict):
         add(None, "question %r: definition must be a dict, got %s" % (qid, type(qdef).__name__),
             "type_error.dict", qdef)
@@ -118,7 +123,35 @@ def check_question(qid: Any, qdef: Any) -> List[Problem]:
             except ValueError:
                 add("labels", "question %r: %s" % (qid, NOUL_LABELS_ERROR), "value_error.labels",
                     qdef["labels"])
+    for field_ in ("instructions", "criteria", "labels"):
+        if field_ in qdef:
+            out += text_problems(qdef[field_], loc + [field_], "question %r: %r" % (qid, field_))
     return out
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def text_problems(value: Any, loc: Sequence[Any], what: str) -> List[Problem]:
+    """The rule that every string a model reads is text: a lone UTF-16 surrogate (which JSON's
+    `\\udXXX` escapes and Python strings can hold) cannot be encoded or tokenized. Walks dicts
+    (keys too) and lists without recursing, so any depth is safe; reports the first one found."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found:
+                return [problem(list(loc), "%s contains an unpaired surrogate (U+%04X) at character "
+                                "%d, which is not text: it cannot be encoded as UTF-8 or "
+                                "tokenized" % (what, ord(found.group()), found.start()),
+                                "value_error.surrogate", item)]
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return []
 
 
 def _check_instructions(qid: Any, qdef: Dict[str, Any], add: Any) -> None:
@@ -233,15 +266,15 @@ def validated_questions(questions: Any, loc: Sequence[Any] = ()) -> Questions:
 
 def state_problems(state: Any, loc: Sequence[Any], present: bool = True,
                    wire: bool = False) -> List[Problem]:
-    """The rule for a state: not None (Laya's wording), and on the wire a string, dict or list
-    (a Python caller's other values are serialised as JSON, as Laya does)."""
+    """The rule for a state: not None (Laya's wording), on the wire a string, dict or list (a
+    Python caller's other values are serialised as JSON, as Laya does), and text throughout."""
     if state is None or not present:
         return [problem(list(loc), "state must not be None; pass a string, dict, or list",
                         "missing" if wire else "type_error.none", None)]
     if wire and not isinstance(state, (str, dict, list)):
         return [problem(list(loc), "state must be a string, dict, or list, got %s"
                         % type(state).__name__, "type_error", state)]
-    return []
+    return text_problems(state, loc, "state")
 
 
 def budget_problems(key: str, value: Any, loc: Sequence[Any]) -> List[Problem]:

@@ -438,12 +438,23 @@ def _write_json(path: Path, payload: object) -> None:
         f.write("\n")
 
 
-def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0) -> Path:
+def _usable_temperature(value: object) -> bool:
+    """A temperature Laya applies as it is: a number within [0.5, 5]."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and 0.5 <= float(value) <= 5.0)
+
+
+def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
+                     odd_temperatures: bool = False) -> Path:
     """Write a random-weight Laya checkpoint of a named shape to `path` and return the path.
 
     The directory loads unchanged in Laya 0.4.15 (`laya.Agent(path)`), so tests can compare kime
     with the reference on it, and kime can be exercised without downloading a real checkpoint.
     Same shape, seed and `tokenizers` version give the same bytes. Existing files are replaced.
+
+    A shape's calibration includes temperatures that Laya clamps or replaces (below 0.5, above 5,
+    not a number), which the tests and goldens need; they are written only with
+    `odd_temperatures=True`, so a checkpoint made to try kime loads without a warning.
     """
     if shape not in SHAPES:
         raise ValueError("unknown checkpoint shape %r; use one of %s" % (shape, sorted(SHAPES)))
@@ -465,7 +476,8 @@ def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0)
         "max_len": spec.max_len,
         "head_max_len": spec.head_max_len,
         "temperature": list(spec.temperature),
-        "temperature_by_options": dict(spec.temperature_by_options),
+        "temperature_by_options": dict(spec.temperature_by_options) if odd_temperatures
+        else {k: v for k, v in spec.temperature_by_options.items() if _usable_temperature(v)},
         "amp_dtype": "bf16",
     })
 

@@ -25,12 +25,14 @@ def _packed_cache(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", shape="tiny", seed=1)
+    return write_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", shape="tiny", seed=1,
+                            odd_temperatures=True)
 
 
 @pytest.fixture(scope="session")
 def ml_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_checkpoint(tmp_path_factory.mktemp("ck") / "ml", shape="multilingual-tiny", seed=1)
+    return write_checkpoint(tmp_path_factory.mktemp("ck") / "ml", shape="multilingual-tiny",
+                            seed=1, odd_temperatures=True)
 
 
 @pytest.fixture(scope="session")
@@ -47,3 +49,17 @@ def agent(engine):
     import kime
 
     return kime.Agent(engine)
+
+
+def _hypothesis_profiles() -> None:
+    """A few hundred examples per property in CI; `--hypothesis-profile=long` for 10,000."""
+    try:
+        from hypothesis import settings
+    except ImportError:  # hypothesis is a dev dependency; only the property tests need it
+        return
+    settings.register_profile("default", max_examples=200, deadline=None)
+    settings.register_profile("long", max_examples=10_000, deadline=None)
+    settings.load_profile("default")
+
+
+_hypothesis_profiles()

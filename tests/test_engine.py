@@ -177,3 +177,25 @@ def test_cli_decide(tiny_path, tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err and "'instructions'" in err
     assert main(["decide", "--model", str(tmp_path / "nope"), "--state", "x", "--questions",
                  str(qfile)]) == 3
+
+
+def test_the_readme_checkpoint_loads_without_a_warning_and_odd_temperatures_warn(tmp_path):
+    """Regression (issue 14): the README's first checkpoint warned on every newcomer's first run."""
+    import warnings
+
+    from kime.testing import write_checkpoint
+
+    clean = write_checkpoint(tmp_path / "clean", "tiny")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        kime.Kime(str(clean), device="cpu", threads=1).close()
+    odd = write_checkpoint(tmp_path / "odd", "tiny", odd_temperatures=True)
+    with pytest.warns(RuntimeWarning, match=r"choice:11\+=0.1006 -> 0.5"):
+        kime.Kime(str(odd), device="cpu", threads=1).close()
+
+
+def test_the_temperature_warning_names_the_callers_line(tiny_path):
+    """Regression (issue 14): it pointed at kime's own `return Agent(Kime(...` line."""
+    with pytest.warns(RuntimeWarning, match="invalid temperatures") as record:
+        kime.load(str(tiny_path), device="cpu")
+    assert record[0].filename == __file__

@@ -20,11 +20,12 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
 from ..checkpoint import Checkpoint
+from ..errors import warn_caller
 from ..graph import Block, Graph, Linear, Norm, rope_half_tables
 
 LAYOUT_VERSION = 1
@@ -296,6 +297,20 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
             arrays = _read(path, key)
             if arrays is not None:
                 return Packed(arrays, "packed", path)
-        except OSError:
-            pass  # a read-only or full cache directory: run from memory instead
+        except OSError as e:
+            _unwritable(os.path.dirname(path), e)
     return Packed({name: produce() for name, produce in entries}, "packed", None)
+
+
+_warned_dirs: Set[str] = set()
+
+
+def _unwritable(directory: str, error: OSError) -> None:
+    """A read-only or full cache directory: the model runs from memory, and the user is told once
+    per directory, since every load will pack again until the cache can be written."""
+    if directory in _warned_dirs:
+        return
+    _warned_dirs.add(directory)
+    warn_caller("kime: cannot write packed weights to %s (%s); packing in memory instead, so "
+                "every load packs again. Point KIME_CACHE at a writable directory to keep them."
+                % (directory, error.strerror or error))

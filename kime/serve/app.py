@@ -28,8 +28,10 @@ from fastapi.responses import JSONResponse, Response
 from ..errors import InvalidRequest
 from ..laya import Agent
 from ..laya.confidence import with_jev_confidence
+from . import schema
 from .limits import MAX_BODY_BYTES, check_body
 from .metrics import CONTENT_TYPE, Metrics
+from .protocol import with_header_deadline
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -263,13 +265,15 @@ def create_app(engine: Kime, settings: Optional[Settings] = None) -> Any:
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   openapi_url="/openapi.json" if docs else None)
     app.add_exception_handler(InvalidRequest, _invalid)
-    routes: List[Tuple[str, str, Callable[..., Any]]] = [
-        ("GET", "/health", service.health), ("GET", "/ready", service.ready),
-        ("GET", "/v1/models", service.models), ("GET", "/metrics", service.prometheus),
-        ("POST", "/v1/systemone", service.systemone),
-        ("POST", "/v1/systemone/batch", service.systemone_batch)]
-    for method, path, handler in routes:
-        app.add_api_route(path, handler, methods=[method])
+    routes: List[Tuple[str, str, Callable[..., Any], Optional[Dict[str, Any]]]] = [
+        ("GET", "/health", service.health, None), ("GET", "/ready", service.ready, None),
+        ("GET", "/v1/models", service.models, None),
+        ("GET", "/metrics", service.prometheus, None),
+        ("POST", "/v1/systemone", service.systemone, schema.request_body(schema.SYSTEMONE)),
+        ("POST", "/v1/systemone/batch", service.systemone_batch,
+         schema.request_body(schema.BATCH))]
+    for method, path, handler, body in routes:
+        app.add_api_route(path, handler, methods=[method], openapi_extra=body)
     return RequestObserver(app, service.metrics, PATHS)
 
 
@@ -284,6 +288,7 @@ def serve(settings: Settings) -> None:
                   threads=settings.threads, max_merge=settings.max_merge)
     config = uvicorn.Config(create_app(engine, settings), host=settings.host, port=settings.port,
                             log_level=settings.log_level,
+                            http=with_header_deadline(settings.header_read_timeout),
                             timeout_graceful_shutdown=(math.ceil(settings.graceful_shutdown)
                                                        if settings.graceful_shutdown else None))
     uvicorn.Server(config).run()

@@ -91,6 +91,9 @@ class Settings(BaseModel):
     body_read_timeout: Annotated[Seconds, Source(
         "seconds a client gets to send its request body; 0: no limit",
         env=("KIME_BODY_READ_TIMEOUT", "LAYA_BODY_READ_TIMEOUT"))] = 10.0
+    header_read_timeout: Annotated[Seconds, Source(
+        "seconds a client gets to send its request line and headers (408 and closed after); "
+        "0: no limit", env=("KIME_HEADER_READ_TIMEOUT",))] = 10.0
     workers: Annotated[Positive, Source(
         "threads that lay requests out (the forward pass runs on the scheduler)",
         env=("KIME_WORKERS",))] = 32
