@@ -14,6 +14,7 @@ import platform
 import sys
 from typing import Any, List, Optional
 
+from ._version import __version__
 from .errors import (BadOption, CheckpointError, InvalidRequest, KimeError, ModelNotFound,
                      Unsupported)
 
@@ -77,7 +78,6 @@ def _version(package: str) -> Optional[str]:
 
 
 def _doctor_report() -> dict:
-    from ._version import __version__
     from .backend import cpu_count
 
     report: dict = {
@@ -110,8 +110,12 @@ def _doctor_report() -> dict:
         pass
     except Exception as e:
         gpu["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
-    from ._cuda.device import probe
+    from ._cuda.device import cupy_advice, driver_cuda_version, installed_cupy, probe
 
+    driver, source = driver_cuda_version()
+    gpu["driver_cuda"] = None if driver is None else "%d.%d" % (driver // 1000, driver % 1000 // 10)
+    gpu["driver_cuda_from"] = source if driver is not None else None
+    gpu["cupy_for_driver"] = cupy_advice(driver, installed_cupy(), why=source)
     gpu["cuda0"] = probe(0)  # None: device='cuda' runs here; else why not
     gpu["auto"] = "cuda" if gpu["cuda0"] is None else "cpu"
     report["gpu"] = gpu
@@ -156,6 +160,7 @@ def _doctor(args: argparse.Namespace) -> int:
     else:
         lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"],
                                                   " (%s)" % gpu["error"] if "error" in gpu else "")))
+    lines.append(("cupy for this driver", gpu["cupy_for_driver"]))
     lines += [("device='auto' runs on", gpu["auto"] + ("" if gpu["cuda0"] is None else
                                                      " (cuda: %s)" % gpu["cuda0"]))]
     lines += [("packed-weight cache", caches["packed"]),
@@ -221,11 +226,11 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     """`kime serve`'s flags, generated from the settings' declaration. Without the serve extra
-    the command stays listed and, run, says what to install."""
+    the command stays listed and, run with any flags, says what to install."""
     try:
         from .serve.settings import add_arguments
     except ImportError:
-        parser.add_argument("rest", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+        parser.set_defaults(any_arguments=True)
     else:
         add_arguments(parser)
     parser.set_defaults(run=_serve)
@@ -250,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kime", description="Laya's decision models without "
                                      "PyTorch: typed questions about a state, calibrated answers.")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
+    parser.add_argument("--version", action="version", version="kime " + __version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
@@ -275,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
                          description="Print kime's and its dependencies' versions, the ISA kime's "
                          "kernels use on this CPU (capped by KIME_ISA), OpenMP, the default "
-                         "thread count, CuPy and GPUs if present, and the cache directories.")
+                         "thread count, CuPy and GPUs if present, the CuPy wheel that fits the "
+                         "NVIDIA driver, and the cache directories.")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")
     doc.set_defaults(run=_doctor)
 
@@ -355,7 +362,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown and not getattr(args, "any_arguments", False):
+        parser.error("unrecognized arguments: %s" % " ".join(unknown))
     try:
         return int(args.run(args))
     except KeyboardInterrupt:
@@ -372,8 +381,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             code = EXIT_OTHER
         name = "error" if isinstance(e, (_Usage, KimeError)) else type(e).__name__
-        print("kime: %s: %s" % (name, str(e).replace("\n", "; ")), file=sys.stderr)
+        print("kime: %s: %s" % (name, _one_line(str(e))), file=sys.stderr)
         return code
+
+
+def _one_line(text: str) -> str:
+    """A multi-line message (a heading, then one problem per line) as one line of stderr:
+    `3 problems in the request: first; second; third`."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return text
+    head, rest = lines[0], [line[2:] if line.startswith("- ") else line for line in lines[1:]]
+    if head.endswith(":") and rest:
+        return head + " " + "; ".join(rest)
+    return "; ".join([head] + rest)
 
 
 if __name__ == "__main__":

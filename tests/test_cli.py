@@ -245,3 +245,17 @@ def test_serve_flags_come_from_the_settings(capsys, monkeypatch):
             settings.precision) == ("some-model", 9005, 3, 1.5, "auto")
     code, _, err = run(capsys, "serve", "--port", "eighty")
     assert code == 2 and err == "kime: error: invalid flag value 'eighty' for port\n"
+
+
+def test_several_problems_print_as_one_readable_line(capsys, tmp_path):
+    """Regression (issue 14): the heading's colon was followed by '; - question ...'."""
+    questions = tmp_path / "q.json"
+    questions.write_text(json.dumps({"a": {"type": "choice", "instructions": "Pick"},
+                                     "b": {"type": "nope", "instructions": "x"}}))
+    code, out, err = run(capsys, "decide", "--model", str(TINY), "--device", "cpu",
+                         "--state", "hello", "--questions", str(questions))
+    assert code == 2 and out == ""
+    line = err.strip()
+    assert "\n" not in line and ":;" not in line and "; -" not in line
+    assert line.startswith("kime: error: 2 problems in the request: ")
+    assert "question 'a'" in line and "question 'b'" in line

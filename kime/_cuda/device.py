@@ -4,11 +4,14 @@ The reasons a user can act on differ, so each has its own exception (kime/errors
 `CupyMissing` (install CuPy), `CudaMismatch` (CuPy built for a CUDA major this machine's driver
 or libraries lack: install the other wheel), `NoGpu` (no driver or no device), and
 `BadDeviceOrdinal` (`cuda:N` past the GPUs there are). `probe` asks the same questions quietly,
-for `device="auto"`.
+for `device="auto"`. `cupy_advice` tells `kime doctor` which CuPy wheel fits the NVIDIA driver,
+read without CuPy (the driver API, else `nvidia-smi`), so it helps before CuPy is installed.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+import re
+import sys
+from typing import Any, Optional, Tuple
 
 from ..errors import BadDeviceOrdinal, CudaMismatch, CudaUnavailable, CupyMissing, NoGpu
 
@@ -116,3 +119,94 @@ def probe(ordinal: int = 0) -> Optional[str]:
     except CudaUnavailable as e:
         return str(e)
     return None
+
+
+# The CuPy wheel (and kime extra) per CUDA major; a driver runs builds of its own major and older.
+CUPY_WHEELS = {12: ("cupy-cuda12x", "kime[cuda12]"), 13: ("cupy-cuda13x", "kime[cuda13]")}
+_KNOWN_CUPY = ("cupy-cuda13x", "cupy-cuda12x", "cupy-cuda11x", "cupy")
+
+
+def _driver_api_version() -> Optional[int]:
+    """`cuDriverGetVersion` from the driver library (no CUDA context is made), or None when
+    the library does not load."""
+    import ctypes
+
+    names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so"]
+    for name in names:
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        version = ctypes.c_int(0)
+        if lib.cuDriverGetVersion(ctypes.byref(version)) == 0 and version.value > 0:
+            return int(version.value)
+    return None
+
+
+def parse_smi_version(text: str) -> Optional[int]:
+    """The driver's CUDA version in `nvidia-smi`'s banner ("CUDA Version: 12.4"), as 12040."""
+    found = re.search(r"CUDA Version:\s*(\d+)\.(\d+)", text)
+    return int(found.group(1)) * 1000 + int(found.group(2)) * 10 if found else None
+
+
+def _smi_version() -> Optional[int]:
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        done = subprocess.run([smi], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_smi_version(done.stdout)
+
+
+def driver_cuda_version() -> Tuple[Optional[int], str]:
+    """The highest CUDA version the NVIDIA driver runs (CUDA's integer form: 12040 is 12.4) and
+    where it was read ("driver API", "nvidia-smi"), or (None, why not)."""
+    version = _driver_api_version()
+    if version is not None:
+        return version, "driver API"
+    version = _smi_version()
+    if version is not None:
+        return version, "nvidia-smi"
+    return None, "no NVIDIA driver found (the driver library does not load, no nvidia-smi)"
+
+
+def installed_cupy() -> Optional[str]:
+    """The CuPy distribution installed (`cupy-cuda12x` ...), read from its metadata so CuPy is
+    not imported; None when there is none."""
+    from importlib import metadata
+
+    for name in _KNOWN_CUPY:
+        try:
+            metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+        return name
+    return None
+
+
+def cupy_advice(driver: Optional[int], installed: Optional[str], why: str = "") -> str:
+    """Which CuPy fits a driver that runs CUDA `driver` (None: no driver), given the CuPy
+    distribution `installed`, as one line for `kime doctor`."""
+    if driver is None:
+        return "none: %s; kime runs on the CPU" % (why or "no NVIDIA driver found")
+    major, cuda = driver // 1000, _cuda_version(driver)
+    if major < min(CUPY_WHEELS):
+        return ("none: the driver runs CUDA %s, and kime's CuPy builds need CUDA %d or newer; "
+                "update the NVIDIA driver" % (cuda, min(CUPY_WHEELS)))
+    wheel, extra = CUPY_WHEELS[min(major, max(CUPY_WHEELS))]
+    if installed == wheel:
+        return "%s (installed) for the driver's CUDA %s" % (wheel, cuda)
+    fix = "pip install '%s'" % extra
+    if installed is not None:
+        built = re.fullmatch(r"cupy-cuda(\d+)x", installed)
+        if built is None:
+            note = "is built from source"
+        else:
+            note = "runs on it" if int(built.group(1)) <= major else "needs a newer driver"
+        fix = "pip uninstall %s, then %s (the installed %s %s)" % (installed, fix, installed, note)
+    return "%s for the driver's CUDA %s: %s" % (wheel, cuda, fix)

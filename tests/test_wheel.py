@@ -1,0 +1,181 @@
+"""kime installed from its wheel, run the way a user on a CPU server without a compiler runs it.
+
+Skipped unless KIME_WHEEL names the wheel (tools/build_wheel.sh prints its path) installed in
+the Python running these tests. `.ci/run` installs it into a fresh virtual environment with no
+compiler on PATH and runs the whole suite from a copy of tests/ outside the source tree, so every
+test exercises the wheel; this file checks what only a wheel can get wrong: that the import is the
+installed package, that it carries exactly its files, that the bundled OpenMP runtime loads, and
+that the console script works under each ISA cap, with and without the serve extra.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+WHEEL = os.environ.get("KIME_WHEEL", "")
+pytestmark = pytest.mark.skipif(
+    not WHEEL, reason="KIME_WHEEL is not set: tests of an installed wheel (build one with "
+    "tools/build_wheel.sh, install it in a fresh venv, set KIME_WHEEL to its path; .ci/run does)")
+
+BIN = Path(sys.executable).parent
+ISA_ORDER = ["portable", "avx2", "avx512"]
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this?",
+             "criteria": {"billing": "payments and invoices", "tech": "bugs and outages"}},
+    "urgency": {"type": "score", "instructions": "How urgent is it?",
+                "criteria": ["low", "normal", "high"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
+}
+
+
+def kime_cli(*argv: str, isa: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The `kime` console script the wheel installed, in a child process with KIME_ISA set (or
+    unset), the way a user types it."""
+    env = {k: v for k, v in os.environ.items() if k != "KIME_ISA"}
+    if isa is not None:
+        env["KIME_ISA"] = isa
+    return subprocess.run([str(BIN / "kime"), *argv], capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from kime.testing import write_checkpoint
+
+    return write_checkpoint(tmp_path_factory.mktemp("wheel") / "tiny", shape="tiny", seed=3)
+
+
+@pytest.fixture(scope="module")
+def questions_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("wheel") / "questions.json"
+    path.write_text(json.dumps(QUESTIONS))
+    return path
+
+
+def test_kime_is_the_installed_wheel():
+    import kime
+
+    where = Path(kime.__file__).resolve()
+    site = {Path(sysconfig.get_paths()[k]).resolve() for k in ("purelib", "platlib")}
+    assert where.parent.parent in site, "kime imports from %s, not site-packages" % where
+    assert not (where.parent.parent / "setup.py").exists()
+    direct = json.loads(metadata.distribution("kime").read_text("direct_url.json") or "{}")
+    assert direct.get("url", "").endswith("/" + Path(WHEEL).name), direct
+    assert not direct.get("dir_info", {}).get("editable")
+    assert metadata.version("kime") == kime.__version__
+
+
+def test_installed_files_are_exactly_the_runtime():
+    files = [str(f) for f in metadata.files("kime") or []]
+    package = [f for f in files if f.startswith("kime/")]
+    suffixes = {Path(f).suffix for f in package}
+    assert suffixes <= {".py", ".pyi", ".so", ".cu", ".typed", ".pyc"}, sorted(suffixes)
+    for needed in ("kime/py.typed", "kime/_cuda/kernels.cu", "kime/_corpus.py"):
+        assert needed in files
+    for module in ("_attention", "_forward", "_gemm", "_ops", "_qgemm"):
+        assert "kime/_cpu/%s.pyi" % module in files
+        assert any(f.startswith("kime/_cpu/%s.cpython-" % module) for f in package)
+    assert any(f.startswith("kime.libs/libgomp") for f in files), "no bundled OpenMP runtime"
+    assert not any(f.startswith(("tests/", "bench/", "build/")) for f in files)
+
+
+def test_no_compiler_on_path():
+    """The point of the wheel: nothing here can build C, and kime still runs."""
+    names = {"cc", "gcc", "g++", "c++", "clang", (sysconfig.get_config_var("CC") or "cc").split()[0]}
+    for name in sorted(names):
+        try:
+            done = subprocess.run([name, "--version"], capture_output=True, timeout=30)
+        except FileNotFoundError:
+            continue
+        assert done.returncode != 0, "%s works on PATH; the wheel test needs no compiler" % name
+
+
+def test_openmp_comes_from_the_bundled_runtime():
+    from kime._cpu import _ops
+
+    assert _ops.has_openmp()
+    maps = Path("/proc/self/maps")
+    if maps.is_file():
+        assert "kime.libs/libgomp" in maps.read_text()
+
+
+def test_import_time():
+    base = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "pass"], check=True)
+    bare = time.perf_counter() - base
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import kime"], check=True)
+    took = time.perf_counter() - start - bare
+    assert took < 3.0, "import kime took %.2f s from the wheel" % took
+
+
+def test_version_from_the_console_script():
+    import kime
+
+    done = kime_cli("--version")
+    assert done.returncode == 0 and done.stdout == "kime %s\n" % kime.__version__
+
+
+def test_doctor_decide_under_each_isa(checkpoint, questions_file):
+    """`kime doctor` and `kime decide` with the ISA the CPU has, capped at AVX2, and portable
+    (what a CPU without AVX-512, or without AVX2, gets): the same answers within float noise."""
+    done = kime_cli("doctor", "--json")
+    assert done.returncode == 0, done.stderr
+    native = json.loads(done.stdout)["cpu"]["isa"]
+    results = {}
+    for cap in (None, "avx2", "portable"):
+        start = time.perf_counter()
+        done = kime_cli("doctor", "--json", isa=cap)
+        assert done.returncode == 0, done.stderr
+        cpu = json.loads(done.stdout)["cpu"]
+        expected = native if cap is None else min(native, cap, key=ISA_ORDER.index)
+        assert (cpu["isa"], cpu["openmp"], cpu.get("error")) == (expected, True, None)
+        done = kime_cli("decide", "--model", str(checkpoint), "--device", "cpu", "--compact",
+                        "--state", "I was charged twice, please refund one.",
+                        "--questions", str(questions_file), isa=cap)
+        assert done.returncode == 0, done.stderr
+        assert time.perf_counter() - start < 60
+        results[cap] = json.loads(done.stdout)
+    base = results[None]
+    assert list(base["answers"]) == list(QUESTIONS)
+    for cap, result in results.items():  # Laya rounds to 4 places: one unit of rounding apart
+        assert _numbers(result) == pytest.approx(_numbers(base), abs=2e-4), cap
+        assert _strings(result) == _strings(base), cap
+
+
+def _numbers(value):
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return [float(value)] if isinstance(value, (int, float)) and not isinstance(value, bool) else []
+
+
+def _strings(value):
+    if isinstance(value, dict):
+        return [(k, _strings(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_strings(v) for v in value]
+    return value if isinstance(value, (str, bool)) or value is None else "number"
+
+
+def test_serve_with_or_without_the_extra():
+    loaded = subprocess.run([sys.executable, "-c", "import sys, kime, kime.laya; "
+                             "print(sorted({'fastapi', 'pydantic', 'uvicorn'} & set(sys.modules)))"],
+                            capture_output=True, text=True, check=True)
+    assert loaded.stdout == "[]\n", "import kime loads the HTTP stack: " + loaded.stdout
+    if importlib.util.find_spec("fastapi") is None:
+        done = kime_cli("serve", "--model", "laya")
+        assert done.returncode == 2 and "pip install 'kime[serve]'" in done.stderr, done.stderr
+    else:
+        done = kime_cli("serve", "--help")
+        assert done.returncode == 0 and "--max-merge" in done.stdout
