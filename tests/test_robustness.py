@@ -355,3 +355,50 @@ def test_a_422_whose_input_holds_nan_or_infinity_is_still_a_422(server, bad):
                                               "criteria": bad}}}
     status, reply = server.post("/v1/systemone", _body_bytes(body))
     assert status == 422 and reply["problems"][0]["loc"] == ["questions", "q", "criteria"]
+
+
+LANG = st.one_of(st.none(), st.sampled_from(["de", "FR-ca", "en", "", "zz", "x" * 300]), TEXT, JSON)
+MIN_CONFIDENCE = st.one_of(
+    st.none(), st.floats(allow_nan=True, allow_infinity=True), st.integers(-2, 3),
+    st.dictionaries(st.one_of(st.sampled_from(["default", "choice:2", "choice:3-5", "score:6-10",
+                                               "noul:2", "choice:99"]), TEXT),
+                    st.one_of(st.floats(allow_nan=True), st.integers(-1, 2), JSON), max_size=4),
+    JSON)
+COUNT = st.one_of(st.none(), st.integers(-3, 40), JSON)
+
+
+@RUN
+@given(st.one_of(st.lists(st.one_of(WORDS, TEXT), min_size=1, max_size=3), JSON),
+       st.dictionaries(WORDS, WELL_FORMED, min_size=1, max_size=3), LANG, MIN_CONFIDENCE, COUNT,
+       st.one_of(st.booleans(), JSON))
+def test_laya_call_arguments_answer_or_refuse_clearly(engine, states, questions, lang,
+                                                      min_confidence, batch_size, sort):
+    """Laya's per-call arguments (lang, min_confidence, batch_size, sort_by_length) at any value:
+    an answer per state, or a KimeError naming what was wrong."""
+    agent = kime.Agent(engine)
+    try:
+        results = agent.predict_batch(states, questions, batch_size=batch_size, lang=lang,
+                                      sort_by_length=sort, min_confidence=min_confidence)
+    except kime.KimeError as e:
+        assert str(e)
+        if isinstance(e, kime.InvalidRequest):
+            _well_formed(e)
+    else:
+        assert len(results) == len(states)
+        json.dumps(results)
+
+
+@settings(RUN, max_examples=max(60, RUN.max_examples // 50))  # a long state is many windows
+@given(st.one_of(WORDS.map(lambda w: (w + " ") * 60), TEXT, JSON,  # not ODD's 120,000 chars:
+                 st.integers(1, 200).map(_nested)),                # hundreds of windows each
+       st.dictionaries(WORDS, WELL_FORMED, min_size=1, max_size=2), COUNT, COUNT, LANG)
+def test_predict_long_answers_or_refuses_clearly(engine, state, questions, window, stride, lang):
+    agent = kime.Agent(engine)
+    try:
+        result = agent.predict_long(state, questions, window=window, stride=stride, lang=lang)
+    except kime.KimeError as e:
+        assert str(e)
+        if isinstance(e, kime.InvalidRequest):
+            _well_formed(e)
+    else:
+        assert list(result["answers"]) == list(questions) and result["usage"]["windows"] >= 1

@@ -28,9 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from ..errors import InvalidArgument, InvalidRequest, problem, warn_caller
+from ..errors import InvalidRequest, problem, warn_caller
 from ..render import State
-from ..request import Questions, Request, questions_arg_problems, raise_if, validated_questions
+from ..request import (Questions, Request, questions_arg_problems, raise_if, state_problems,
+                       validated_questions)
 from . import wire
 from .calibration import normalise_lang
 
@@ -76,10 +77,7 @@ def plan(agent: Any, state: State, questions: Any, window: Optional[int] = None,
          lang: Optional[str] = None) -> Plan:
     """Check the arguments (Laya's refusals, in Laya's order), size the window against the room
     the questions leave, and split the tokenized state into window texts."""
-    if state is None:
-        raise InvalidArgument([problem(["state"], "state must not be None; pass a string, dict, "
-                                       "or list", "type_error.none", None)])
-    raise_if([], questions_arg_problems(questions))
+    raise_if([], state_problems(state, ["state"]) + questions_arg_problems(questions))
     if aggregate not in AGGREGATES:
         raise InvalidRequest([problem(["aggregate"], "predict_long: only aggregate='auto' is "
                                       "supported", "value_error.aggregate", aggregate)])
