@@ -18,21 +18,21 @@ from __future__ import annotations
 import os
 import time
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from .. import hub
 from ..checkpoint import read_agent_config
 from ..engine import Kime
-from ..errors import InvalidArgument, InvalidRequest, ModelNotFound, problem, warn_caller
+from ..errors import InvalidRequest, ModelNotFound, problem, warn_caller
 from ..layout import Row
 from ..render import State
 from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
 from .calibration import Calibration, resolve_lang_temperatures
-from .confidence import MinConfidence, apply_confidence_gate, check_min_confidence
+from .confidence import MinConfidence, check_min_confidence
 from .device import TorchLikeDevice, choose
-from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, aggregate_usage,
-                    compose_hooks, dispatch, normalise_hooks, validate_timeout)
+from .hooks import (HookArg, HookedCall, HookRegistry, PredictContext, PredictHookArg,
+                    aggregate_usage, compose_hooks, normalise_hooks, validate_timeout)
 from .revisions import resolve_revision, snapshot_revision, verify_digests
 
 DEFAULT_MODEL = "convaiinnovations/laya"
@@ -487,7 +487,7 @@ class Agent(HookRegistry):
                    on_predict_start: PredictHookArg, on_predict_end: PredictHookArg,
                    hooks_raise: Optional[bool], hooks_timeout: Optional[float],
                    max_len: Optional[int], head_max_len: Optional[int],
-                   min_confidence: Any) -> "_HookedCall":
+                   min_confidence: Any) -> "HookedCall":
         """Laya's checks before anything runs (the gate, the call's hooks, the timeout, in that
         order), and the call's context."""
         gate = check_min_confidence(min_confidence) if min_confidence is not None else None
@@ -496,7 +496,7 @@ class Agent(HookRegistry):
         timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
         ctx = PredictContext(states=states, questions=questions, model=self.model_id, agent=self,
                              max_len=max_len, head_max_len=head_max_len)
-        return _HookedCall(ctx, active, raise_errors, self._hooks_lock, timeout, gate)
+        return HookedCall(ctx, active, raise_errors, self._hooks_lock, timeout, gate)
 
     def _plan(self, states: Any, questions: Any, batch_size: Any, max_len: Optional[int],
               head_max_len: Optional[int]
@@ -519,58 +519,6 @@ class Agent(HookRegistry):
                 for s in states]
         size = batch_size if (batch_size and batch_size > 0) else len(reqs)
         return None, [reqs[start:start + size] for start in range(0, len(reqs), size)]
-
-
-class _HookedCall:
-    """One call's hooks, in Laya's order around the work: `start` (start hooks), the work,
-    `fail` (on_error hooks; one that fails is chained to the original error, never hides it),
-    then always `finish` (elapsed time, usage totals, the confidence gate, end hooks)."""
-
-    def __init__(self, ctx: PredictContext, hooks: List[Any], raise_errors: bool, lock: Any,
-                 timeout: Optional[float], gate: Optional[MinConfidence]):
-        self.ctx = ctx
-        self.hooks = hooks
-        self.raise_errors = raise_errors
-        self.lock = lock
-        self.timeout = timeout
-        self.gate = gate
-
-    def _dispatch(self, event: str) -> None:
-        dispatch(self.hooks, event, self.ctx, raise_errors=self.raise_errors, lock=self.lock,
-                 timeout=self.timeout)
-
-    def start(self) -> None:
-        self._dispatch("on_predict_start")
-
-    def fail(self, exc: BaseException) -> None:
-        self.ctx.error = exc
-        try:
-            self._dispatch("on_error")
-        except BaseException as hook_exc:
-            exc.__context__ = hook_exc
-
-    def finish(self) -> None:
-        ctx = self.ctx
-        ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
-        if ctx.results is not None:
-            ctx.usage = aggregate_usage(ctx.results)
-            apply_confidence_gate(ctx.results, self.gate)
-        try:
-            self._dispatch("on_predict_end")
-        except BaseException as hook_exc:
-            if ctx.error is None:
-                raise
-            ctx.error.__context__ = hook_exc
-
-    async def run_async(self, step: Callable[[], None]) -> None:
-        """Run a step off the event loop when there are hooks to run (they may block), inline
-        when there are none."""
-        if self.hooks:
-            import asyncio
-
-            await asyncio.to_thread(step)
-        else:
-            step()
 
 
 def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[str] = None,

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterator, List, Optional,
                     Protocol, Sequence, Tuple, Union)
 
+from .confidence import MinConfidence, apply_confidence_gate
+
 if TYPE_CHECKING:  # asyncio costs a third of `import kime`: imported where a hook needs it
     import asyncio
 
@@ -448,3 +450,55 @@ __all__ = ["AsyncHook", "BaseHook", "HOOK_EVENTS", "Hook", "HookArg", "HookRegis
            "PredictContext", "PredictHook", "PredictHookArg", "add_default_hook",
            "aggregate_usage", "clear_default_hooks", "compose_hooks", "default_hooks", "dispatch",
            "normalise_hooks", "run_coroutine_sync", "set_default_hooks", "validate_timeout"]
+
+
+class HookedCall:
+    """One call's hooks, in Laya's order around the work: `start` (start hooks), the work,
+    `fail` (on_error hooks; one that fails is chained to the original error, never hides it),
+    then always `finish` (elapsed time, usage totals, the confidence gate, end hooks)."""
+
+    def __init__(self, ctx: PredictContext, hooks: List[Any], raise_errors: bool, lock: Any,
+                 timeout: Optional[float], gate: Optional[MinConfidence]):
+        self.ctx = ctx
+        self.hooks = hooks
+        self.raise_errors = raise_errors
+        self.lock = lock
+        self.timeout = timeout
+        self.gate = gate
+
+    def _dispatch(self, event: str) -> None:
+        dispatch(self.hooks, event, self.ctx, raise_errors=self.raise_errors, lock=self.lock,
+                 timeout=self.timeout)
+
+    def start(self) -> None:
+        self._dispatch("on_predict_start")
+
+    def fail(self, exc: BaseException) -> None:
+        self.ctx.error = exc
+        try:
+            self._dispatch("on_error")
+        except BaseException as hook_exc:
+            exc.__context__ = hook_exc
+
+    def finish(self) -> None:
+        ctx = self.ctx
+        ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
+        if ctx.results is not None:
+            ctx.usage = aggregate_usage(ctx.results)
+            apply_confidence_gate(ctx.results, self.gate)
+        try:
+            self._dispatch("on_predict_end")
+        except BaseException as hook_exc:
+            if ctx.error is None:
+                raise
+            ctx.error.__context__ = hook_exc
+
+    async def run_async(self, step: Callable[[], None]) -> None:
+        """Run a step off the event loop when there are hooks to run (they may block), inline
+        when there are none."""
+        if self.hooks:
+            import asyncio
+
+            await asyncio.to_thread(step)
+        else:
+            step()
