@@ -16,12 +16,11 @@ The rules are Laya 0.4.15's (`Agent.predict_long`, `common.window_budget`):
 - a state that fits the room (or an explicit window) is answered whole, exactly as `predict`
   answers it, with `usage["windows"] = 1`.
 
-Laya scores the windows in padded forward passes; here every window's rows go to the engine in
-one call, which packs them with each other (and with concurrent callers) in unpadded batches.
-
-The steps are separate so the Agent can wrap hooks around the scoring, as Laya does: `plan`
-checks the arguments and splits the state, `score` answers `plan.states` (what Laya hands
-`predict_batch`, and its hooks as `ctx.states`), `combine` aggregates; `scan` is all three.
+Laya scores the windows in padded forward passes; here the Agent's `predict_long` hands the
+window texts to its own `predict_batch` (so hooks see them as `ctx.states`, as in Laya), whose
+rows the engine packs with each other (and with concurrent callers) in unpadded batches. This
+module owns the two ends: `plan` checks the arguments and splits the state, `combine` aggregates
+the per-window results.
 """
 from __future__ import annotations
 
@@ -30,7 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import InvalidRequest, problem, warn_caller
 from ..render import State
-from ..request import (Questions, Request, questions_arg_problems, raise_if, state_problems,
+from ..request import (Questions, questions_arg_problems, raise_if, state_problems,
                        validated_questions)
 from . import wire
 from .calibration import normalise_lang
@@ -155,24 +154,6 @@ def _window_budget(rooms: List[int], max_len: int, head_max_len: int, window: Op
     return size, step, room
 
 
-def score(agent: Any, p: Plan) -> List[Dict[str, Any]]:
-    """Laya's per-state results for `p.states` (what `predict_batch` returns for them, without
-    hooks): every row of every window in one engine call, unless `batch_size` asks for chunks."""
-    states = p.states
-    if not p.questions.items:
-        return [wire.empty_result() for _ in states]
-    cal = agent.calibration
-    temps, conf = cal.temperatures(p.lang), cal.answer_conf(p.lang)
-    reqs = [Request(state=s, questions=p.questions) for s in states]
-    chunk = p.batch_size if (p.batch_size and p.batch_size > 0) else len(reqs)
-    out: List[Dict[str, Any]] = []
-    for start in range(0, len(reqs), chunk):
-        out.extend(wire.result(r, conf)
-                   for r in agent.engine.decide_batch(reqs[start:start + chunk],
-                                                      temperatures=temps))
-    return out
-
-
 def combine(p: Plan, results: List[Dict[str, Any]], attributed: bool = True) -> Dict[str, Any]:
     """One result for the document from the per-state `results` of `p.states`.
 
@@ -210,12 +191,3 @@ def combine(p: Plan, results: List[Dict[str, Any]], attributed: bool = True) -> 
     usage["output_tokens"] = 0
     usage["windows"] = len(results)
     return {"model": wire.LAYA_MODEL, "answers": answers, "usage": usage}
-
-
-def scan(agent: Any, state: State, questions: Any, window: Optional[int] = None,
-         stride: Optional[int] = None, aggregate: str = "auto", batch_size: Optional[int] = None,
-         lang: Optional[str] = None) -> Dict[str, Any]:
-    """Laya's `predict_long` without hooks: `plan`, `score`, `combine`. Reads `agent.engine`
-    and `agent.calibration`."""
-    p = plan(agent, state, questions, window, stride, aggregate, batch_size, lang)
-    return combine(p, score(agent, p))
