@@ -2,7 +2,7 @@
 
 Two surfaces over one engine: `kime.Kime` (the engine API: `decide`, `decide_batch`,
 `decide_async`, ...) and `kime.load` (Laya's API: `predict`, `system_one`, `predict_batch`,
-`predict_long`, `decide`, hooks, calibration), which also exports what `laya` exports at its top
+`predict_long`, `decide`, hooks, calibration; `kime.Router` over several checkpoints), which also exports what `laya` exports at its top
 level for these, so `import kime as laya` runs Laya code. Nothing compiled is imported until a
 model is loaded; Laya's helpers, structured decisions and submodules load on first use.
 """
@@ -15,8 +15,8 @@ from .errors import (BadDeviceOrdinal, BadOption, CheckpointError, CheckpointFil
                      KimeError, ModelNotFound, NoGpu, NonFiniteLogits, TokenizerError, TooLong,
                      Unsupported)
 from .gate import GateReport, gate
-from .laya import (Agent, AsyncHook, BaseHook, Hook, PredictContext, PredictHook, RLAgent,
-                   load)
+from .laya import (DEFAULT_MODELS, Agent, AsyncHook, BaseHook, Hook, PredictContext, PredictHook,
+                   RLAgent, RouteDecision, Router, load)
 from ._version import __version__
 from .request import Request
 
@@ -35,10 +35,14 @@ _LAZY = {
     "DecisionResult": ("kime.laya.structured", "DecisionResult"),
     "SchemaError": ("kime.laya.structured", "SchemaError"),
     "PINNED_REVISIONS": ("kime.laya.revisions", "PINNED_REVISIONS"),
+    "detect_language": ("kime.laya.lang", "analyse"),
+    "detect_script": ("kime.laya.lang", "detect_script"),
+    "is_english": ("kime.laya.lang", "is_english"),
     # Laya's submodules, for `laya.hooks.set_default_hooks(...)` and the like.
     "hooks": ("kime.laya.hooks", None),
     "confidence": ("kime.laya.confidence", None),
     "structured": ("kime.laya.structured", None),
+    "lang": ("kime.laya.lang", None),
 }
 """Laya's top-level names that `import kime` need not pay for: resolved on first use."""
 
@@ -61,7 +65,7 @@ def __dir__() -> list:
 
 
 __all__ = [
-    "AsyncHook", "BaseHook", "Hook", "PredictContext", "PredictHook", "RLAgent",
+    "AsyncHook", "BaseHook", "DEFAULT_MODELS", "RouteDecision", "Router", "Hook", "PredictContext", "PredictHook", "RLAgent",
     *[name for name, (_, attr) in _LAZY.items() if attr is not None],
     "Agent", "Answer", "BackendError", "BadDeviceOrdinal", "BadOption", "CudaMismatch",
     "CudaUnavailable", "Device", "Precision",

@@ -710,6 +710,7 @@ def main() -> int:
 AREAS = ("goldens_agent.py", "goldens_calibration.py", "goldens_confidence.py")
 """The Laya surface's recorders (issue 10), one file of goldens each, run after the core cases
 against the checkpoints just written."""
+AREAS += ("goldens_router.py",)  # issue 11: routing (lang.json, router.json)
 
 
 def record_areas() -> List[str]:

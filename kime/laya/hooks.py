@@ -172,6 +172,8 @@ def normalise_hooks(hooks: HookArg = None, on_predict_start: PredictHookArg = No
 
 _DEFAULTS: List[Any] = []
 _DEFAULTS_LOCK = threading.Lock()
+_SKIP_DEFAULTS: "contextvars.ContextVar[bool]" = contextvars.ContextVar("kime_skip_default_hooks",
+                                                                       default=False)
 
 
 def default_hooks() -> List[Any]:
@@ -205,9 +207,21 @@ def clear_default_hooks() -> None:
 def compose_hooks(installed: Sequence[Any], hooks: HookArg = None,
                   on_predict_start: PredictHookArg = None,
                   on_predict_end: PredictHookArg = None) -> List[Any]:
-    """The hooks of one call: the defaults as they are now, the agent's, then the call's."""
-    return default_hooks() + list(installed) + normalise_hooks(hooks, on_predict_start,
-                                                               on_predict_end)
+    """The hooks of one call: the defaults as they are now (none inside `defaults_skipped`),
+    the agent's, then the call's."""
+    defaults = [] if _SKIP_DEFAULTS.get() else default_hooks()
+    return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
+
+
+@contextmanager
+def defaults_skipped() -> Iterator[None]:
+    """Leave the process-wide hooks out of the calls composed inside: a Router has already run
+    them around the agent call it makes, and they fire once per request (Laya's rule)."""
+    token = _SKIP_DEFAULTS.set(True)
+    try:
+        yield
+    finally:
+        _SKIP_DEFAULTS.reset(token)
 
 
 def validate_timeout(value: Any) -> Optional[float]:
@@ -448,7 +462,8 @@ class HookRegistry:
 
 __all__ = ["AsyncHook", "BaseHook", "HOOK_EVENTS", "Hook", "HookArg", "HookRegistry",
            "PredictContext", "PredictHook", "PredictHookArg", "add_default_hook",
-           "aggregate_usage", "clear_default_hooks", "compose_hooks", "default_hooks", "dispatch",
+           "aggregate_usage", "clear_default_hooks", "compose_hooks", "default_hooks",
+           "defaults_skipped", "dispatch",
            "normalise_hooks", "run_coroutine_sync", "set_default_hooks", "validate_timeout"]
 
 

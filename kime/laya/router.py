@@ -1,0 +1,567 @@
+"""Laya 0.4.15's `Router`: several checkpoints behind one object, each request sent to the one
+suited to it (by explicit model, task, workflow, language hint or detected language; see
+`kime.laya.routing`), with Laya's constructor, methods, hooks, results (`routing` on every
+result) and refusals.
+
+Engines are kime `Agent`s kept in an LRU of `max_loaded` (`kime.laya.residents`): loaded on first
+use, one build shared by concurrent callers, and a model evicted mid-call finishes that call. A
+batch over several checkpoints runs one shared `Agent.predict_batch` per checkpoint and question
+schema, and answers in the caller's order.
+
+kime's own, keyword-only: `idle_unload_seconds` unloads a checkpoint nobody has used for that
+long (off by default; `laya serve`'s `LAYA_IDLE_UNLOAD_SECONDS` is the server's counterpart).
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import math
+import os
+import threading
+import warnings
+from collections.abc import Sequence as SequenceABC
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+from ..errors import problem
+from . import routing, structured
+from .agent import Agent
+from .confidence import MinConfidence
+from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, compose_hooks,
+                    dispatch, normalise_hooks, validate_timeout)
+from .residents import Residents, start_reaper
+from .routed import SCAN, Scan, run_batch, run_one
+from .routing import RouteDecision, canonical_name, raise_problems, refusal, repo_str, split_spec
+
+State = Union[str, Dict[Any, Any], List[Any]]
+Questions = Dict[Any, Any]
+
+# What the Router passes to every Agent it builds, and the hook family (which belongs on the
+# Router, or it would fire from two registries): `agent_kwargs` may not name them.
+_ROUTER_OWNED_AGENT_ARGS = frozenset({
+    "model_id_or_path", "device", "token", "subfolder", "revision", "hooks", "on_predict_start",
+    "on_predict_end", "hooks_raise", "hooks_concurrent", "hooks_timeout"})
+
+
+def check_agent_kwargs(agent_kwargs: Dict[str, Any]) -> None:
+    """Refuse, before anything loads, an `agent_kwargs` name the Router sets itself or that
+    `Agent` does not take (read from `Agent.__init__`, so the list cannot go stale)."""
+    accepted = set(inspect.signature(Agent.__init__).parameters) - {"self"}
+    reserved = sorted(set(agent_kwargs) & _ROUTER_OWNED_AGENT_ARGS)
+    if reserved:
+        raise refusal(
+            ["agent_kwargs"], "Router sets %s itself; pass them to Router(...) instead of in "
+            "agent_kwargs" % ", ".join(repr(n) for n in reserved), reserved)
+    unknown = sorted(set(agent_kwargs) - accepted)
+    if unknown:
+        accepts = sorted(accepted - _ROUTER_OWNED_AGENT_ARGS)
+        raise refusal(["agent_kwargs"], "Agent accepts none of %s; it accepts %s"
+                      % (", ".join(repr(n) for n in unknown), accepts), unknown)
+
+
+def _digests_from_env(names: Any, resolve: Any) -> Dict[str, Optional[Dict[str, str]]]:
+    """`LAYA_SHA256_DIGESTS` when it is keyed by checkpoint (`{"english": {file: digest}}`):
+    each named checkpoint's map, and `{}` for the others so the nested map is never read as a
+    flat one. A flat map is `verify_digests`' own reading and gives `{}` here."""
+    raw = os.environ.get("LAYA_SHA256_DIGESTS", "").strip()
+    try:
+        data = json.loads(raw) if raw else None
+    except ValueError:
+        return {}
+    if not isinstance(data, dict) or not data or all(isinstance(v, str) for v in data.values()):
+        return {}
+    if not all(isinstance(v, dict) for v in data.values()):
+        raise refusal(
+            ["LAYA_SHA256_DIGESTS"], "LAYA_SHA256_DIGESTS must be either {artifact: digest} "
+            "for every checkpoint or {model: {artifact: digest}} per checkpoint; %s mixes the "
+            "two or holds a value that is neither" % sorted(data), sorted(data))
+    per_model: Dict[str, Optional[Dict[str, str]]] = {resolve(k): dict(v)
+                                                      for k, v in data.items()}
+    for name in names:
+        per_model.setdefault(resolve(name), {})
+    return per_model
+
+
+def _expected_digests(shared: Any, own: Any) -> Any:
+    """One checkpoint's `expected_sha256`: the shared map (`agent_kwargs`) and its own entry
+    merged file by file, its own winning; None when neither says anything, so `verify_digests`
+    falls back to the environment. A non-mapping is passed on for `verify_digests` to refuse."""
+    if own is not None and not isinstance(own, dict):
+        return own
+    if shared is not None and not isinstance(shared, dict):
+        return shared
+    if shared is None and own is None:
+        return None
+    return {**(shared or {}), **(own or {})}
+
+
+_ABSENT = object()
+
+
+def _count(max_loaded: Any) -> int:
+    """`max_loaded` as Laya reads it: `int()` of it, at least 1; `int()`'s refusal, as a kime
+    error with the same message."""
+    try:
+        return max(1, int(max_loaded))
+    except (TypeError, ValueError) as exc:
+        raise refusal(
+            ["max_loaded"], str(exc), repr(max_loaded),
+            "type_error" if isinstance(exc, TypeError) else "value_error") from None
+
+
+def _seconds(value: Any) -> float:
+    """`idle_unload_seconds` as a number of seconds, 0 for never (None or 0)."""
+    try:
+        seconds = 0.0 if value is None or isinstance(value, bool) and not value else float(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if isinstance(value, bool) or not math.isfinite(seconds) or seconds < 0:
+        raise refusal(["idle_unload_seconds"], "idle_unload_seconds must be a finite number of "
+                      "seconds >= 0 (0 or None: never), got %r" % (value,), repr(value))
+    return seconds
+
+
+def _pin(value: Optional[str]) -> Optional[str]:
+    """A revision, or None for unset and blank alike (an unfilled configuration line)."""
+    return value if value is not None and str(value).strip() else None
+
+
+class Router(HookRegistry):
+    """Several Laya checkpoints behind Laya's `Router` API.
+
+        router = kime.Router(models={"english": "/ckpt/en", "multilingual": "/ckpt/ml"})
+        router.predict({"message": "Mein Konto wurde zweimal belastet"}, questions)  # multilingual
+        router.predict("I was charged twice", questions)                             # english
+        router.predict(state, questions, model="typed-decisions")                    # explicit
+
+    `models` adds or re-points checkpoints (name -> repo id, local directory or (repo,
+    subfolder)); the built-ins are `english`, `multilingual` and `typed-decisions` of the bundle
+    repo (`standalone_repos=True`: their own repos). `default` takes text detection cannot
+    decide. `max_loaded` bounds the resident engines (least recently used evicted); `preload`
+    builds them all now. `revision` pins every Hub checkpoint, `revisions` one by one;
+    `sha256_digests` and `agent_kwargs` reach every `Agent` built. `lang_guess` is a language
+    code or a callable `state -> code` consulted before detection. Hooks: `on_route`, `on_load`,
+    `on_evict`, and `on_predict_start` / `on_predict_end` / `on_error` around each call.
+    """
+
+    def __init__(self, models: Optional[Dict[str, Any]] = None, device: Optional[str] = None,
+                 token: Optional[str] = None, revision: Optional[str] = None,
+                 revisions: Optional[Dict[str, Optional[str]]] = None, max_loaded: int = 2,
+                 default: str = "multilingual", auto_task_detection: bool = False,
+                 standalone_repos: bool = False, preload: bool = False, lang_guess: Any = None,
+                 hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+                 on_predict_end: PredictHookArg = None, hooks_raise: bool = True,
+                 hooks_concurrent: bool = True, hooks_timeout: Optional[float] = None,
+                 agent_kwargs: Optional[Dict[str, Any]] = None,
+                 sha256_digests: Optional[Dict[str, Optional[Dict[str, str]]]] = None, *,
+                 idle_unload_seconds: Optional[float] = None):
+        self.hooks = normalise_hooks(hooks, on_predict_start, on_predict_end)
+        self.hooks_raise = bool(hooks_raise)
+        self.hooks_concurrent = bool(hooks_concurrent)
+        self.hooks_timeout = validate_timeout(hooks_timeout)
+        self._hooks_lock: Any = None if hooks_concurrent else threading.RLock()
+        self._hooks_mutex = threading.Lock()
+        self.models: Dict[str, Any] = dict(routing.STANDALONE_MODELS if standalone_repos
+                                           else routing.DEFAULT_MODELS)
+        self.descriptions: Dict[str, str] = {}
+        for name, source in (models or {}).items():
+            self._add(name, source)
+        self.device = device
+        self.token = token or os.environ.get("HF_TOKEN")
+        self.revision = revision
+        self.revisions = {self.resolve(k): v for k, v in (revisions or {}).items()}
+        self.agent_kwargs = dict(agent_kwargs or {})
+        if self.agent_kwargs:
+            check_agent_kwargs(self.agent_kwargs)
+        self.sha256_digests: Dict[str, Optional[Dict[str, str]]] = _digests_from_env(
+            self.models, self.resolve)
+        self.sha256_digests.update({self.resolve(k): v for k, v in (sha256_digests or {}).items()})
+        self._residents = Residents(_count(max_loaded))
+        self.default = self.resolve(default)
+        self.auto_task_detection = bool(auto_task_detection)
+        self.lang_guess = lang_guess
+        self._lock = self._residents.lock
+        idle = _seconds(idle_unload_seconds)
+        if idle:
+            start_reaper(self, idle, Router._unload_idle)
+        if preload:
+            self.preload()
+
+    @property
+    def max_loaded(self) -> int:
+        """How many engines stay resident (least recently used evicted first)."""
+        return self._residents.max_loaded
+
+    @max_loaded.setter
+    def max_loaded(self, value: int) -> None:
+        with self._lock:
+            self._residents.max_loaded = _count(value)
+            evicted = self._residents.evict_locked()
+        self._evicted(evicted)
+
+    # --- the registry -----------------------------------------------------------------------
+
+    def resolve(self, name: Any) -> str:
+        """The registered key `name` names (a built-in, an alias, or a checkpoint registered
+        here); refused, listing what is known, otherwise."""
+        key = canonical_name(name)
+        if key not in self.models:
+            raise routing.unknown_model(name, self.models)
+        return key
+
+    def register(self, name: str, source: Any, description: Optional[str] = None) -> str:
+        """Serve the checkpoint at `source` (a repo id, a local directory, or (repo, subfolder))
+        under `name`, beside the built-ins; nothing loads until it is used. Re-registering a
+        name replaces its source and unloads its engine. Returns the canonical name."""
+        missing = object()
+        with self._lock:
+            key = canonical_name(name)
+            tables: List[Dict[str, Any]] = [self.models, self.sha256_digests, self.descriptions]
+            before = [(table, table.get(key, missing)) for table in tables]
+            try:
+                key = self._add(name, source)
+                if key not in self.sha256_digests:
+                    from_env = _digests_from_env([key], canonical_name).get(key)
+                    if from_env is not None:
+                        self.sha256_digests[key] = from_env
+                if description is not None:
+                    self.descriptions[key] = str(description)
+            except BaseException:  # a refused registration leaves the router as it was
+                for table, old in before:
+                    if old is missing:
+                        table.pop(key, None)
+                    else:
+                        table[key] = old
+                raise
+            replaced = before[0][1] is not missing and before[0][1] != self.models[key]
+        if replaced:
+            self._evicted(self._residents.remove(key))
+        return key
+
+    def unregister(self, name: str) -> None:
+        """Remove a registered checkpoint and its engine (a call holding it finishes first).
+        Built-ins and the default cannot be removed."""
+        key = self.resolve(name)
+        if key in routing.DEFAULT_MODELS:
+            raise refusal(
+                ["model"], "%r is a built-in checkpoint and cannot be unregistered" % key, name)
+        if key == self.default:
+            raise refusal(
+                ["model"], "%r is this Router's default checkpoint; set another default "
+                "before unregistering it" % key, name)
+        with self._lock:
+            self.models.pop(key, None)
+        freed = self._residents.remove(key)
+        with self._lock:
+            for table in (self.descriptions, self.sha256_digests, self.revisions):
+                table.pop(key, None)
+        self._evicted(freed)
+
+    @property
+    def registered(self) -> Dict[str, Dict[str, Any]]:
+        """The checkpoints registered beside the built-ins: name -> source and description."""
+        with self._lock:
+            return {name: {"source": repo_str(spec), "description": self.descriptions.get(name)}
+                    for name, spec in self.models.items() if name not in routing.DEFAULT_MODELS}
+
+    def _add(self, name: Any, source: Any) -> str:
+        key = canonical_name(name)
+        if key not in routing.DEFAULT_MODELS:
+            if not isinstance(name, str) or not routing.NAME.match(key):
+                raise refusal(
+                    ["models", str(name)], "invalid checkpoint name %r: use lowercase letters, "
+                    "digits, '.', '_' or '-', starting with a letter or digit" % (name,), name)
+            if key == "auto":
+                raise refusal(
+                    ["models", key], "invalid checkpoint name %r: 'auto' means automatic "
+                    "routing in every model= argument" % (name,), name)
+        if source is not None and not isinstance(source, (str, tuple, list)):
+            raise refusal(
+                ["models", key], "checkpoint source for %r must be a repo id, a local path or "
+                "a (repo, subfolder) pair, got %s" % (name, type(source).__name__),
+                repr(source), "type_error")
+        if isinstance(source, str) and source.startswith("~"):
+            source = os.path.expanduser(source)
+        near = routing.near_builtin(key) if key not in routing.DEFAULT_MODELS else None
+        if near is not None:
+            warnings.warn("kime: checkpoint name %r is one edit from the built-in %r; it is "
+                          "registered as a separate checkpoint and %r is unchanged."
+                          % (key, near, near), RuntimeWarning, stacklevel=3)
+        self.models[key] = source
+        return key
+
+    # --- engines ----------------------------------------------------------------------------
+
+    def load(self, name: str) -> Any:
+        """The engine (`Agent`) for `name`, built on first use; concurrent callers share one
+        build."""
+        return self._load(self.resolve(name), lease=False)
+
+    def _load(self, key: str, lease: bool) -> Any:
+        agent, built, evicted = self._residents.acquire(key, lambda: self._build(key), lease)
+        self._evicted(evicted)
+        if built:
+            self._lifecycle("on_load", key, agent)
+        return agent
+
+    @contextmanager
+    def lease(self, name: str) -> Iterator[Any]:
+        """The engine (`Agent`) for `name`, loaded if need be and held for the block: an
+        eviction or `unload` meanwhile takes it out of the LRU but lets it go only after the
+        block (kime's own; the server answers asynchronously through it)."""
+        agent = self._lease(self.resolve(name))
+        try:
+            yield agent
+        finally:
+            self._return(agent)
+
+    def _lease(self, key: str) -> Any:
+        return self._load(key, lease=True)
+
+    def _return(self, agent: Any) -> None:
+        self._residents.release(agent)
+
+    def resident(self) -> Dict[str, Any]:
+        """The resident engines by name, a snapshot (reading it does not count as a use)."""
+        with self._lock:
+            return dict(self._residents.agents)
+
+    def _build(self, key: str) -> Any:
+        with self._lock:
+            if self.models.get(key) is None:
+                raise refusal(
+                    ["model"], "checkpoint %r has no source to load from: it was attached as a "
+                    "built Agent and is no longer resident; attach it again, or register a path "
+                    "or repo" % key, key)
+            repo, sub = split_spec(self.models[key])
+            kwargs: Dict[str, Any] = {"device": self.device, "token": self.token,
+                                      "subfolder": sub}
+            revision = _pin(self.revisions.get(key)) or _pin(self.revision)
+            if revision is not None:
+                kwargs["revision"] = revision
+            kwargs.update(self.agent_kwargs)
+            # no entry: None (the environment may still pin); an entry of None: pins no file
+            entry = self.sha256_digests.get(key, _ABSENT)
+            own = None if entry is _ABSENT else {} if entry is None else entry
+            expected = _expected_digests(kwargs.pop("expected_sha256", None), own)
+            if expected is not None:
+                kwargs["expected_sha256"] = expected
+        return Agent(repo, **kwargs)
+
+    def _evicted(self, evicted: List[Tuple[str, Any]]) -> None:
+        for name in self._residents.let_go(evicted):
+            self._lifecycle("on_evict", name)
+
+    def _lifecycle(self, event: str, name: str, agent: Any = None) -> None:
+        dispatch(compose_hooks(self.hooks), event,
+                 PredictContext(states=[], questions={}, model=name, agent=agent, router=self),
+                 raise_errors=self.hooks_raise, lock=self._hooks_lock, timeout=self.hooks_timeout)
+
+    def _unload_idle(self, seconds: float) -> None:
+        self._evicted(self._residents.idle(seconds))
+
+    def attach(self, name: str, agent: Any) -> Any:
+        """Serve an already-built agent under `name` (registered without a source when new), so
+        the process holds one copy; `max_loaded` grows to keep it resident."""
+        with self._lock:
+            try:
+                key = self.resolve(name)
+            except ValueError:
+                key = self._add(name, None)
+            replaced = self._residents.attach(key, agent)
+        self._residents.let_go(replaced)  # Laya fires no on_evict for a replaced agent
+        return agent
+
+    def preload(self, names: Optional[List[str]] = None) -> "Router":
+        """Build checkpoints now (every one with a source, by default), raising `max_loaded` so
+        none evicts another: a load costs seconds, routing microseconds."""
+        with self._lock:
+            if names is None:
+                names = [n for n, source in self.models.items() if source is not None]
+        keys = [self.resolve(n) for n in names]
+        with self._lock:
+            self._residents.max_loaded = max(self.max_loaded,
+                                             len(set(keys) | set(self._residents.agents)))
+        for key in keys:
+            with self._lock:
+                resident = key in self._residents.agents
+            if not resident:
+                self.load(key)
+        return self
+
+    def unload(self, name: Optional[str] = None) -> None:
+        """Free one engine, or all; a call holding one finishes first."""
+        self._evicted(self._residents.remove(None if name is None else self.resolve(name)))
+
+    @property
+    def loaded(self) -> List[str]:
+        """The resident checkpoints, least recently used first."""
+        with self._lock:
+            return list(self._residents.order)
+
+    @property
+    def loaded_revisions(self) -> Dict[str, Optional[str]]:
+        """The Hub commit each resident engine was loaded at (None for a local directory)."""
+        with self._lock:
+            return {name: getattr(agent, "revision", None)
+                    for name, agent in self._residents.agents.items()}
+
+    # --- routing ----------------------------------------------------------------------------
+
+    def route(self, state: Any, questions: Optional[Questions] = None, model: Optional[str] = None,
+              task: Optional[str] = None, lang: Optional[str] = None, lang_guess: Any = None,
+              hooks: HookArg = None, hooks_raise: Optional[bool] = None,
+              hooks_timeout: Optional[float] = None, *, explain: bool = False) -> RouteDecision:
+        """Which checkpoint `state` goes to and why, loading nothing; `on_route` hooks see the
+        decision and may replace it. `explain=True` adds detection's diagnostic."""
+        if questions is not None and not isinstance(questions, dict):
+            raise refusal(
+                ["questions"], "questions must be a dict of question id -> definition, got %s"
+                % type(questions).__name__, repr(questions), "type_error")
+        decision = routing.decide(
+            state, questions, models=self.models, resolve=self.resolve, default=self.default,
+            auto_task_detection=self.auto_task_detection, installed_guess=self.lang_guess,
+            model=model, task=task, lang=lang, lang_guess=lang_guess, explain=explain)
+        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
+        active = compose_hooks(self.hooks, hooks)
+        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+        ctx = PredictContext(states=[state], questions=questions or {}, decision=decision,
+                             router=self)
+        dispatch(active, "on_route", ctx, raise_errors=raise_errors, lock=self._hooks_lock,
+                 timeout=timeout)
+        return ctx.decision  # type: ignore[return-value]
+
+    def route_batch(self, requests: Sequence[Dict[str, Any]],
+                    hooks_timeout: Optional[float] = None, *, hooks: HookArg = None,
+                    hooks_raise: Optional[bool] = None, explain: bool = False
+                    ) -> List[RouteDecision]:
+        """Route every request (`state`, `questions`, optional `model`, `task`, `lang`,
+        `lang_guess`) without loading anything; decisions in input order. Every malformed
+        request is reported at once."""
+        _check_requests(requests)
+        return [self.route(r["state"], r["questions"], model=r.get("model"), task=r.get("task"),
+                           lang=r.get("lang"), lang_guess=r.get("lang_guess"), hooks=hooks,
+                           hooks_raise=hooks_raise, hooks_timeout=hooks_timeout, explain=explain)
+                for r in requests]
+
+    # --- answering --------------------------------------------------------------------------
+
+    def predict(self, state: State, questions: Questions, model: Optional[str] = None,
+                task: Optional[str] = None, lang: Optional[str] = None, lang_guess: Any = None,
+                hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+                on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
+                hooks_timeout: Optional[float] = None, max_len: Optional[int] = None,
+                head_max_len: Optional[int] = None,
+                min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
+        """Route, then answer every question in one forward pass on the chosen checkpoint:
+        `Agent.predict`'s result plus `routing` (the decision). Hooks on the Router wrap the
+        whole call and see `ctx.decision`."""
+        scan = SCAN.get()
+        if scan is not None:
+            SCAN.set(None)  # this call owns the scan; a hook calling predict must not inherit it
+        return run_one(self, scan, state, questions, model=model, task=task, lang=lang,
+                       lang_guess=lang_guess, hooks=hooks, on_predict_start=on_predict_start,
+                       on_predict_end=on_predict_end, hooks_raise=hooks_raise,
+                       hooks_timeout=hooks_timeout, max_len=max_len, head_max_len=head_max_len,
+                       min_confidence=min_confidence)
+
+    system_one = predict
+
+    def predict_long(self, state: State, questions: Questions, model: Optional[str] = None,
+                     task: Optional[str] = None, lang: Optional[str] = None,
+                     lang_guess: Any = None, window: Optional[int] = None,
+                     stride: Optional[int] = None, aggregate: str = "auto",
+                     batch_size: Optional[int] = None, hooks: HookArg = None,
+                     on_predict_start: PredictHookArg = None,
+                     on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
+                     hooks_timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Route as `predict` does, then scan every window of the state with the chosen
+        agent's `predict_long` (`usage["windows"]` counts them), after the start hooks."""
+        token = SCAN.set(Scan(window, stride, aggregate, batch_size, lang))
+        try:
+            return self.predict(state, questions, model=model, task=task, lang=lang,
+                                lang_guess=lang_guess,
+                                hooks=normalise_hooks(hooks, on_predict_start, on_predict_end),
+                                hooks_raise=hooks_raise, hooks_timeout=hooks_timeout)
+        finally:
+            SCAN.reset(token)
+
+    def predict_batch(self, requests: Sequence[Dict[str, Any]], batch_size: Optional[int] = None,
+                      hooks_timeout: Optional[float] = None,
+                      min_confidence: Optional[MinConfidence] = None,
+                      sort_by_length: bool = False, *, hooks: HookArg = None,
+                      on_predict_start: PredictHookArg = None,
+                      on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
+                      diagnostics: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+        """Route every request, then answer them grouped by checkpoint, question schema and
+        token budget, one shared `Agent.predict_batch` per group; results (with `routing`) in
+        the caller's order. Each request may carry `model`, `task`, `lang`, `lang_guess`,
+        `max_len` and `head_max_len`; Router hooks run per request, as in `predict`."""
+        return run_batch(self, requests, batch_size=batch_size, hooks_timeout=hooks_timeout,
+                         min_confidence=min_confidence, sort_by_length=sort_by_length,
+                         hooks=hooks, on_predict_start=on_predict_start,
+                         on_predict_end=on_predict_end, hooks_raise=hooks_raise,
+                         diagnostics=diagnostics)
+
+    predict_many = predict_batch
+
+    def decide(self, state: State, schema: Any = None, *, questions: Optional[Questions] = None,
+               return_details: bool = False, min_confidence: Optional[MinConfidence] = None,
+               **predict_kwargs: Any) -> Any:
+        """Typed values for a JSON Schema or pydantic model (see `kime.laya.structured`);
+        other keywords (`model=`, `task=`, hooks) go to `predict`."""
+        return structured.decide(self, state, schema, questions=questions,
+                                 return_details=return_details, min_confidence=min_confidence,
+                                 **predict_kwargs)
+
+    def decide_batch(self, states: Sequence[Any], schema: Any = None, *,
+                     questions: Optional[Questions] = None, return_details: bool = False,
+                     min_confidence: Optional[MinConfidence] = None,
+                     **predict_kwargs: Any) -> List[Any]:
+        """`decide` over many states through one `predict_batch`, in input order."""
+        return structured.decide_batch(self, states, schema, questions=questions,
+                                       return_details=return_details,
+                                       min_confidence=min_confidence, **predict_kwargs)
+
+    def __enter__(self) -> "Router":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.unload()
+
+    def __repr__(self) -> str:
+        return "Router(loaded=%s, max_loaded=%d, default=%r)" % (self.loaded, self.max_loaded,
+                                                                 self.default)
+
+
+def _check_requests(requests: Any) -> None:
+    """Laya's shape checks on a request batch, every request's first problem at once."""
+    if not isinstance(requests, SequenceABC) or isinstance(requests, (str, bytes)):
+        raise refusal(
+            ["requests"], "requests must be a sequence of request dictionaries",
+            repr(requests), "type_error")
+    problems = []
+    for i, request in enumerate(requests):
+        found: Optional[Tuple[List[Any], str, str, Any]] = None
+        if not isinstance(request, dict):
+            found = ([i], "request %d must be a dict, got %s" % (i, type(request).__name__),
+                     "type_error", repr(request))
+        elif "state" not in request:
+            found = ([i, "state"], "request %d is missing required key 'state'" % i,
+                     "value_error.missing", None)
+        elif request["state"] is None:
+            found = ([i, "state"], "request %d 'state' must not be None; pass a string, dict, or "
+                     "list" % i, "type_error.none", None)
+        elif "questions" not in request:
+            found = ([i, "questions"], "request %d is missing required key 'questions'" % i,
+                     "value_error.missing", None)
+        elif not isinstance(request["questions"], dict):
+            found = ([i, "questions"], "request %d 'questions' must be a dict, got %s"
+                     % (i, type(request["questions"]).__name__), "type_error",
+                     repr(request["questions"]))
+        if found is not None:
+            problems.append(problem(*found))
+    raise_problems(problems)
+
+
+__all__ = ["Router", "RouteDecision", "check_agent_kwargs"]
