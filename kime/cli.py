@@ -12,7 +12,7 @@ import json
 import os
 import platform
 import sys
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ._version import __version__
 from .errors import (BadOption, CheckpointError, InvalidRequest, KimeError, ModelNotFound,
@@ -44,21 +44,123 @@ class _Usage(Exception):
     pass
 
 
-def _decide(args: argparse.Namespace) -> int:
-    from .laya import load
-
+def _read_questions(path: Optional[str]) -> Any:
+    if path is None:
+        return None
     try:
-        with open(args.questions, encoding="utf-8") as f:
-            questions = json.load(f)
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
     except OSError as e:
-        raise _Usage("cannot read --questions %s: %s" % (args.questions, e.strerror)) from e
+        raise _Usage("cannot read --questions %s: %s" % (path, e.strerror)) from e
     except ValueError as e:
-        raise _Usage("--questions %s is not JSON: %s" % (args.questions, e)) from e
-    state = _read_state(args)
-    agent = load(args.model, device=args.device, precision=args.precision, threads=args.threads)
-    result = agent.predict(state, questions, max_len=args.max_len, head_max_len=args.head_max_len)
+        raise _Usage("--questions %s is not JSON: %s" % (path, e)) from e
+
+
+def _routed(args: argparse.Namespace) -> bool:
+    """`--model auto`: a Router picks each request's checkpoint, as Laya's CLI does. Without it,
+    the flags that only choose a checkpoint have nothing to choose."""
+    if args.model.strip().lower() == "auto":
+        return True
+    given = [flag for flag, value in (("--task", args.task), ("--lang-guess", args.lang_guess))
+             if value is not None]
+    if given:
+        raise _Usage("%s choose among checkpoints: use them with --model auto"
+                     % " and ".join(given))
+    return False
+
+
+def _decide(args: argparse.Namespace) -> int:
+    questions = _read_questions(args.questions)
+    if args.batch is None:
+        if questions is None:
+            raise _Usage("--questions is required (or give each request its own in --batch)")
+        state = _read_state(args)
+    elif args.state is not None or args.state_file is not None:
+        raise _Usage("--batch reads its states from its lines: drop --state/--state-file")
+    if _routed(args):
+        from .laya.router import Router
+
+        answerer: Any = Router(device=args.device, agent_kwargs={
+            "precision": args.precision, "threads": args.threads})
+    else:
+        from .laya import load
+
+        answerer = load(args.model, device=args.device, precision=args.precision,
+                        threads=args.threads)
+    from .decide_batch import CONTROLS
+
+    defaults = {key: getattr(args, key) for key in CONTROLS if getattr(args, key) is not None}
+    if args.batch is not None:
+        return _decide_batch(args, answerer, questions, defaults)
+    result = answerer.predict(state, questions, min_confidence=args.min_confidence, **defaults)
     json.dump(result, sys.stdout, ensure_ascii=False, indent=None if args.compact else 2)
     sys.stdout.write("\n")
+    return 0
+
+
+def _decide_batch(args: argparse.Namespace, answerer: Any, questions: Any,
+                  defaults: Dict[str, Any]) -> int:
+    from .decide_batch import answer_lines
+
+    if args.batch_size < 1:
+        raise _Usage("--batch-size must be a positive integer, got %d" % args.batch_size)
+    try:
+        handle = sys.stdin if args.batch == "-" else open(args.batch, encoding="utf-8")
+    except OSError as e:
+        raise _Usage("cannot read --batch %s: %s" % (args.batch, e.strerror)) from e
+    with handle:
+        failed = answer_lines(handle, answerer, questions, defaults, args.batch_size,
+                              args.min_confidence, sys.stdout)
+    if failed:
+        print("kime: error: %d request(s) failed, on line(s) %s" % (
+            len(failed), ", ".join(map(str, failed))), file=sys.stderr)
+        return EXIT_USAGE
+    return 0
+
+
+def _model_name(value: str) -> Optional[str]:
+    """`kime route --model`: a checkpoint name or alias, or `auto` (None: let routing choose)."""
+    if value.strip().lower() == "auto":
+        return None
+    from .laya.routing import normalise_name
+
+    try:
+        return normalise_name(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError("%s, or 'auto'" % e) from None
+
+
+def _min_confidence(value: str) -> Any:
+    """`--min-confidence`: a number the confidence gate accepts (its range, its message)."""
+    from .laya.confidence import check_min_confidence
+
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a number in [0.0, 1.0], got %r"
+                                         % value) from None
+    try:
+        return check_min_confidence(number)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _route(args: argparse.Namespace) -> int:
+    """Laya's default command: which checkpoint a text goes to and why, loading nothing."""
+    from .laya.router import Router
+
+    text = " ".join(args.text).strip()
+    if not text:
+        raise _Usage("no text to route")
+    decision = Router().route({"text": text}, model=args.model, task=args.task, lang=args.lang,
+                              lang_guess=args.lang_guess, explain=args.explain)
+    if args.json:
+        print(json.dumps(dict(decision), ensure_ascii=False, indent=2, default=str))
+        return 0
+    print("Model     :", decision["model"])
+    print("Reason    :", decision["reason"])
+    if decision.get("detection"):
+        print("Detected  :", json.dumps(decision["detection"], ensure_ascii=False))
     return 0
 
 
@@ -218,9 +320,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise _Usage("kime serve needs the HTTP stack: pip install 'kime[serve]' (%s)" % e) from e
     try:
         settings = load_settings(flags_from(args), config=args.config)
+        serve(settings)
     except ConfigError as e:
         raise _Usage(str(e)) from e
-    serve(settings)
     return 0
 
 
@@ -261,14 +363,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("decide", help="answer questions about one state; prints Laya's JSON",
                        description="Answer the questions in a JSON file about one state and print "
-                       "Laya's result dict as JSON.")
+                       "Laya's result dict as JSON; or, with --batch, answer a JSONL file of "
+                       "requests and print one JSON line per request.")
     d.add_argument("--model", "-m", default="laya", help="alias, hf://org/repo[/sub], or a "
-                   "checkpoint directory (default: laya)")
+                   "checkpoint directory (default: laya); auto: route each request to english, "
+                   "multilingual or typed-decisions as Laya's Router does (results carry "
+                   "`routing`)")
+    d.add_argument("--lang", default=None, help="the state's language code (e.g. de): picks "
+                   "the checkpoint's per-language temperatures, and with --model auto routes")
+    d.add_argument("--lang-guess", dest="lang_guess", default=None, metavar="CODE",
+                   help="with --model auto: a soft language hint, checked after --lang and "
+                   "before detection")
+    d.add_argument("--task", default=None, help="with --model auto: route to this checkpoint's "
+                   "task (typed-decisions)")
+    d.add_argument("--min-confidence", dest="min_confidence", type=_min_confidence, default=None,
+                   metavar="P", help="mark answers whose confidence is below P (0.0-1.0) "
+                   "low_confidence, with Laya's abstention fields; the answers are kept")
+    d.add_argument("--batch", default=None, metavar="FILE", help="JSONL requests ('-': stdin), "
+                   "one JSON object per line: state, and optionally questions (default: "
+                   "--questions), model (with --model auto), task, lang, lang_guess, max_len, "
+                   "head_max_len (default: the flags). Prints one JSON line per request, in "
+                   "order; a line that fails prints {\"line\": N, \"error\": {...}} and the "
+                   "run goes on (exit 2 at the end)")
+    d.add_argument("--batch-size", dest="batch_size", type=int, default=64, metavar="N",
+                   help="--batch requests answered together, in shared forward passes "
+                   "(default 64)")
     d.add_argument("--state", "-s", help="the state text")
     d.add_argument("--state-file", help="read the state from this file ('-' for stdin)")
     d.add_argument("--json-state", action="store_true", help="parse the state as JSON (a dict or "
                    "a conversation list)")
-    d.add_argument("--questions", "-q", required=True, help="JSON file: {id: question, ...}")
+    d.add_argument("--questions", "-q", default=None, help="JSON file: {id: question, ...} "
+                   "(required without --batch)")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     d.add_argument("--precision", default="auto", help="auto (default: f16 on a GPU, f32 on the "
                    "CPU), f16, f32 or int8")
@@ -277,6 +402,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--head-max-len", type=int, default=None, help="override head_max_len")
     d.add_argument("--compact", action="store_true", help="print JSON on one line")
     d.set_defaults(run=_decide)
+
+    r = sub.add_parser("route", help="which checkpoint a text goes to, and why (loads nothing)",
+                       description="Laya's default command: route a text as laya.Router does "
+                       "(explicit model > task > lang > lang guess > detected language > "
+                       "default) and print the decision, without loading a checkpoint.")
+    r.add_argument("text", nargs="+", help="the request text")
+    r.add_argument("--model", type=_model_name, default=None, metavar="NAME", help="pin a "
+                   "checkpoint by name or alias, or auto (the default) to route")
+    r.add_argument("--lang", default=None, help="the text's language code, e.g. en or de")
+    r.add_argument("--lang-guess", dest="lang_guess", default=None, metavar="CODE",
+                   help="a soft language hint, checked after --lang and before detection")
+    r.add_argument("--task", default=None, help="route to a task's checkpoint (typed-decisions)")
+    r.add_argument("--explain", action="store_true", help="add the language detector's "
+                   "diagnostic")
+    r.add_argument("--json", action="store_true", help="print the decision as JSON")
+    r.set_defaults(run=_route)
 
     doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
                          description="Print kime's and its dependencies' versions, the ISA kime's "
@@ -311,8 +452,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve laya-serve's HTTP API (needs kime[serve])",
                        description="Serve Laya's HTTP API (POST /v1/systemone, "
                        "/v1/systemone/batch; GET /health, /ready, /v1/models, /metrics) on "
-                       "FastAPI + uvicorn. Settings: flags > KIME_* / LAYA_* environment > "
-                       "--config TOML file > defaults.")
+                       "FastAPI + uvicorn: one checkpoint (--model SOURCE), or, as laya serve, a "
+                       "Router that sends each request to its checkpoint (no --model: Laya's "
+                       "english, multilingual and typed-decisions; --model NAME=SOURCE, "
+                       "repeatable, and LAYA_EXTRA_MODELS register others). Settings: flags > "
+                       "KIME_* / LAYA_* environment > --config TOML file > defaults.")
     _serve_arguments(s)
 
     g = sub.add_parser("gate", help="compare INT8 with FP32 on a request set; pass or fail",
@@ -341,6 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "end to end)")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the bench")
     b.set_defaults(run=_bench)
+    # The offline jobs add their commands (score, calibrate) here: kime.jobs.cli.add_commands.
     return parser
 
 

@@ -21,7 +21,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize("argv", [[], ["decide"], ["doctor"], ["pull"], ["convert"], ["serve"]])
+@pytest.mark.parametrize("argv", [[], ["decide"], ["doctor"], ["pull"], ["convert"], ["serve"],
+                                  ["route"]])
 def test_help_exits_zero(capsys, argv):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv + ["--help"])
@@ -223,7 +224,9 @@ def test_serve_flags_come_from_the_settings(capsys, monkeypatch):
     parser = cli.build_parser()
     for name, source in sources().items():
         if source.flag:
-            assert getattr(parser.parse_args(["serve", flag_name(name), "7"]), name) == "7"
+            # a repeatable flag (--model NAME=SOURCE) gathers its values in a list
+            want = ["7"] if source.repeat else "7"
+            assert getattr(parser.parse_args(["serve", flag_name(name), "7"]), name) == want
         else:
             with pytest.raises(SystemExit):
                 parser.parse_args(["serve", flag_name(name), "7"])
@@ -242,7 +245,7 @@ def test_serve_flags_come_from_the_settings(capsys, monkeypatch):
     [settings] = ran
     assert isinstance(settings, Settings)
     assert (settings.model, settings.port, settings.workers, settings.graceful_shutdown,
-            settings.precision) == ("some-model", 9005, 3, 1.5, "auto")
+            settings.precision) == (["some-model"], 9005, 3, 1.5, "auto")
     code, _, err = run(capsys, "serve", "--port", "eighty")
     assert code == 2 and err == "kime: error: invalid flag value 'eighty' for port\n"
 

@@ -711,6 +711,7 @@ AREAS = ("goldens_agent.py", "goldens_calibration.py", "goldens_confidence.py")
 """The Laya surface's recorders (issue 10), one file of goldens each, run after the core cases
 against the checkpoints just written."""
 AREAS += ("goldens_router.py",)  # issue 11: routing (lang.json, router.json)
+AREAS += ("goldens_serve.py",)  # issue 11: laya serve over a Router, `laya TEXT` (serve.json)
 
 
 def record_areas() -> List[str]:

@@ -1,8 +1,11 @@
-"""`kime serve`: laya serve's HTTP API over one kime engine, on FastAPI + uvicorn.
+"""`kime serve`: laya serve's HTTP API over one kime engine or a Router of several, on
+FastAPI + uvicorn.
 
     settings.py  the one declaration of the settings; flags, environment and TOML from it
     limits.py    laya serve's body checks: size limits, refusals, controls, the model named
-    metrics.py   /metrics on prometheus_client, a registry per app, the engine's gauges
+    routing.py   one checkpoint or a Router (from the settings), and a routed body's checks
+    served.py    what answers: One engine, or Routed (a Router: leases, routing, idle unload)
+    metrics.py   /metrics on prometheus_client, a registry per app, the engines' gauges
     app.py       create_app (one pipeline for both POST routes) and serve (uvicorn)
 
 Imported only when serving: `import kime` works without the serve extra. The settings import

@@ -1,11 +1,13 @@
-"""The HTTP app: laya serve's routes over one engine, and `serve`, which runs it under uvicorn.
+"""The HTTP app: laya serve's routes over one engine or a Router of several, and `serve`,
+which runs it under uvicorn.
 
 `POST /v1/systemone` and `POST /v1/systemone/batch` take laya serve's request bodies and answer
-its response bodies, status codes and `detail` texts; the answers are `kime.laya.Agent`'s, so
-they equal in-process calls. Both routes run one pipeline (`Service.decide`): auth, admission,
-the body, laya serve's checks, the forward pass, metrics, the response; they differ only in the
-body's shape and the response's. The forward pass never runs on the event loop: a request is
-laid out on a worker thread and its rows go to the engine's scheduler, which merges concurrent
+its response bodies, status codes and `detail` texts; the answers are `kime.laya.Agent`'s (and,
+over a Router, carry `routing`), so they equal in-process calls. Both routes run one pipeline
+(`Service.decide`): auth, admission, the body, laya serve's checks, the forward pass, metrics,
+the response; they differ only in the body's shape and the response's. What answers is a
+`served.One` or `served.Routed`. The forward pass never runs on the event loop: a request is
+laid out on a worker thread and its rows go to its engine's scheduler, which merges concurrent
 callers into shared backend batches.
 """
 from __future__ import annotations
@@ -20,22 +22,23 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, List, Optional,
-                    Sequence, Tuple)
+                    Sequence, Tuple, Union)
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest
-from ..laya import Agent
 from ..laya.confidence import with_jev_confidence
 from . import schema
-from .limits import MAX_BODY_BYTES, check_body
+from .limits import MAX_BODY_BYTES
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import with_header_deadline
+from .served import served_for
 from .settings import Settings
 
 if TYPE_CHECKING:
     from ..engine import Kime
+    from ..laya.router import Router
 
 _log = logging.getLogger("kime.serve")
 
@@ -47,13 +50,13 @@ PATHS = ("/health", "/ready", "/v1/models", "/metrics", "/v1/systemone", "/v1/sy
 
 
 class Service:
-    """One engine behind laya serve's routes: the app's state and its handlers."""
+    """An engine or a Router behind laya serve's routes: the app's state and its handlers."""
 
-    def __init__(self, engine: Kime, settings: Settings):
-        self.engine = engine
+    def __init__(self, model: Union[Kime, Router], settings: Settings):
+        self.served = served_for(model, settings)
         self.settings = settings
-        self.agent = Agent(engine)
-        self.metrics = Metrics(engine)
+        self.metrics = Metrics(self.served.engines, self.served.registered)
+        self.served.watch(self.metrics)
         self._expected = [("Bearer " + k).encode("utf-8", "surrogateescape")
                           for k in settings.api_keys]
 
@@ -64,16 +67,18 @@ class Service:
 
     @asynccontextmanager
     async def lifespan(self, _app: Any) -> AsyncIterator[None]:
-        """Validation and layout run on a bounded pool of `workers` threads; the engine is
-        closed when the app stops."""
+        """Validation, layout and routing run on a bounded pool of `workers` threads; the
+        engines are closed when the app stops."""
         pool = ThreadPoolExecutor(max_workers=self.settings.workers,
                                   thread_name_prefix="kime-serve")
         asyncio.get_running_loop().set_default_executor(pool)
+        reaper = asyncio.ensure_future(self.served.idle_unloads())
         try:
             yield
         finally:
+            reaper.cancel()
             pool.shutdown(wait=True)
-            self.engine.close()
+            self.served.close()
 
     # --- the steps ------------------------------------------------------------------------------
 
@@ -91,7 +96,7 @@ class Service:
             raise HTTPException(status_code=401, detail=UNAUTHORIZED)
 
     def busy(self) -> Tuple[bool, int]:
-        depth = self.engine.scheduler.depth()
+        depth = self.served.depth()
         return bool(self.settings.max_queue) and depth >= self.settings.max_queue, depth
 
     def admit(self) -> None:
@@ -151,17 +156,9 @@ class Service:
         """The pipeline both POST routes share; `batch` picks the body's and the answer's shape."""
         self.check_auth(request)
         self.admit()
-        body = check_body(await self.read_json(request), batch, self.engine.model_id,
-                          self.settings.max_token_budget)
-        if batch:
-            results, ms = await self.infer(request, self.agent.predict_batch_async(
-                body.states, body.questions, batch_size=body.batch_size, max_len=body.max_len,
-                head_max_len=body.head_max_len))
-        else:
-            result, ms = await self.infer(request, self.agent.predict_async(
-                body.states[0], body.questions, max_len=body.max_len,
-                head_max_len=body.head_max_len))
-            results = [result]
+        body = self.served.check(await self.read_json(request), batch,
+                                 self.settings.max_token_budget)
+        results, ms = await self.infer(request, self.served.answer(body, batch))
         self.metrics.answered(results)
         content = _batch_response(results) if batch else with_jev_confidence(results[0])
         return JSONResponse(content=content,
@@ -179,23 +176,19 @@ class Service:
     def health(self, request: Request) -> Dict[str, Any]:
         if not self.authorized(request):
             return dict(LIVENESS_ONLY)
-        return {"status": "ok", "model": self.engine.model_id, "device": self.engine.device,
-                "loaded": [self.engine.model_id]}
+        return self.served.health()
 
     def ready(self, request: Request) -> JSONResponse:
         busy, depth = self.busy()
         body: Dict[str, Any] = {"status": "busy" if busy else "ready"}
         if self.authorized(request):
-            body.update(loaded=[self.engine.model_id], device=self.engine.device,
-                        queue_depth=depth, max_queue=self.settings.max_queue)
+            body.update(self.served.ready(), queue_depth=depth, max_queue=self.settings.max_queue)
         return JSONResponse(body, status_code=503 if busy else 200,
                             headers={"Retry-After": "1"} if busy else None)
 
     def models(self, request: Request) -> Dict[str, Any]:
         self.check_auth(request)
-        return {"object": "list", "data": [{"id": self.engine.model_id, "object": "model",
-                                            "owned_by": "kime", "device": self.engine.device,
-                                            "max_row_tokens": self.engine.max_row_tokens}]}
+        return {"object": "list", "data": self.served.listing()}
 
     def prometheus(self, request: Request) -> Response:
         self.check_auth(request)
@@ -235,6 +228,9 @@ class RequestObserver:
             rid = uuid.uuid4().hex.encode()
         scope.setdefault("state", {})["request_id"] = rid.decode()
         path = scope.get("path", "")
+        root = scope.get("root_path", "")
+        if root and path.startswith(root):  # behind a proxy's prefix (root_path)
+            path = path[len(root):]
         path = path if path in self.paths else "other"
         t0 = time.perf_counter()
         status = 500
@@ -257,9 +253,10 @@ class RequestObserver:
             self.metrics.observe(scope.get("method", ""), path, status, time.perf_counter() - t0)
 
 
-def create_app(engine: Kime, settings: Optional[Settings] = None) -> Any:
-    """The ASGI app over a loaded `kime.Kime`. The engine is closed when the app shuts down."""
-    service = Service(engine, settings or Settings(model=engine.model_id))
+def create_app(model: Union[Kime, Router], settings: Optional[Settings] = None) -> Any:
+    """The ASGI app over a loaded `kime.Kime`, or over a `kime.laya.Router` (which routes every
+    request and answers with `routing`). The engines are closed when the app shuts down."""
+    service = Service(model, settings or Settings(model=getattr(model, "model_id", [])))
     docs = service.open
     app = FastAPI(title="kime serve", lifespan=service.lifespan,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
@@ -278,15 +275,23 @@ def create_app(engine: Kime, settings: Optional[Settings] = None) -> Any:
 
 
 def serve(settings: Settings) -> None:
-    """Load the model, then run uvicorn until SIGINT/SIGTERM (requests in flight finish first,
-    for up to `graceful_shutdown` seconds)."""
+    """Load the model (one plain `--model SOURCE`), or build and preload a Router (anything
+    else), then run uvicorn until SIGINT/SIGTERM (requests in flight finish first, for up to
+    `graceful_shutdown` seconds)."""
     import uvicorn
 
     from ..engine import Kime
+    from .routing import build_router, single_source
 
-    engine = Kime(settings.model, device=settings.device, precision=settings.precision,
-                  threads=settings.threads, max_merge=settings.max_merge)
-    config = uvicorn.Config(create_app(engine, settings), host=settings.host, port=settings.port,
+    source = single_source(settings)
+    model: Union[Kime, Router]
+    if source is not None:
+        model = Kime(source, device=settings.device, precision=settings.precision,
+                     threads=settings.threads, max_merge=settings.max_merge)
+    else:
+        model = build_router(settings)
+    config = uvicorn.Config(create_app(model, settings), host=settings.host, port=settings.port,
+                            root_path=settings.root_path,
                             log_level=settings.log_level,
                             http=with_header_deadline(settings.header_read_timeout),
                             timeout_graceful_shutdown=(math.ceil(settings.graceful_shutdown)

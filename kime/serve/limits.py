@@ -50,13 +50,26 @@ def refuse(status: int, detail: str) -> HTTPException:
 def check_body(body: Any, batch: bool, served: str, max_token_budget: int) -> Body:
     """Every laya serve check of a `/v1/systemone` (`batch=False`) or `/v1/systemone/batch`
     body, in laya serve's order, so the first problem is the one it reports."""
+    states, questions = check_shape(body, batch)
+    check_controls(body, batch)
+    check_model(body.get("model"), served)
+    return budgets(body, batch, states, questions, max_token_budget)
+
+
+def check_shape(body: Any, batch: bool) -> Tuple[List[Any], Any]:
+    """The checks every body passes first, whatever the server runs: its shape, its sizes, the
+    fields HTTP cannot carry, and strings UTF-8 cannot encode. Returns (states, questions)."""
     states, questions = _fields(body, batch)
     check_sizes(states, questions)
     check_refusals(body, batch)
     if _has_lone_surrogate(body):
         raise refuse(400, _LONE_SURROGATE_DETAIL)
-    check_controls(body, batch)
-    check_model(body.get("model"), served)
+    return states, questions
+
+
+def budgets(body: Dict[str, Any], batch: bool, states: List[Any], questions: Any,
+            max_token_budget: int) -> Body:
+    """The body with its token budgets checked (`budget`)."""
     max_len, head_max_len = (budget(body, key, max_token_budget) for key in BUDGETS)
     return Body(states=states, questions=questions, max_len=max_len, head_max_len=head_max_len,
                 batch_size=body.get("batch_size") if batch else None)
@@ -175,24 +188,34 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 def check_controls(body: Dict[str, Any], batch: bool) -> None:
     """laya's other body controls: validated as laya does; routing ones are moot with one model."""
-    for key in ("lang", "lang_guess"):
-        if body.get(key) is not None and not isinstance(body[key], str):
-            raise refuse(422, '%s must be a language code string such as "de", or null' % key)
+    check_languages(body)
     if body.get("min_confidence") is not None:
         raise refuse(422, "min_confidence is not supported by kime serve; filter on each "
                      "answer's answer_confidence instead")
     if body.get("model") is not None and not isinstance(body["model"], str):
         raise refuse(422, "model must be a string, or omit model to let the router choose")
     if batch:
-        val = body.get("batch_size")
-        if val is not None:
-            if not isinstance(val, int) or isinstance(val, bool):
-                raise refuse(422, "batch_size must be an integer")
-            if val < 1:
-                raise refuse(422, "batch_size must be a positive integer, got %r" % (val,))
-        val = body.get("sort_by_length")
-        if val is not None and not isinstance(val, bool):
-            raise refuse(422, "sort_by_length must be a boolean")
+        check_batch_controls(body)
+
+
+def check_languages(body: Dict[str, Any]) -> None:
+    """`lang` and `lang_guess`: a language code string, or null (laya serve's 422)."""
+    for key in ("lang", "lang_guess"):
+        if body.get(key) is not None and not isinstance(body[key], str):
+            raise refuse(422, '%s must be a language code string such as "de", or null' % key)
+
+
+def check_batch_controls(body: Dict[str, Any]) -> None:
+    """The batch route's `batch_size` and `sort_by_length` (laya serve's 422s)."""
+    val = body.get("batch_size")
+    if val is not None:
+        if not isinstance(val, int) or isinstance(val, bool):
+            raise refuse(422, "batch_size must be an integer")
+        if val < 1:
+            raise refuse(422, "batch_size must be a positive integer, got %r" % (val,))
+    val = body.get("sort_by_length")
+    if val is not None and not isinstance(val, bool):
+        raise refuse(422, "sort_by_length must be a boolean")
 
 
 def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:

@@ -6,10 +6,14 @@ one process, as the tests build, count apart. The HTTP and answer counters are
 are the engine's own and are read when scraped, by `EngineCollector`, from the engine's public
 attributes. Names, labels and help texts are those of kime's first hand-rendered `/metrics`, so
 dashboards built on it keep working.
+
+A server over a Router labels every engine figure and every answer counter with `model`, the
+checkpoint it belongs to, and adds `kime_model_loaded` (1 for a resident checkpoint, 0 for one
+registered but not loaded). The single-model server's metrics carry no `model` label, as before.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -24,51 +28,84 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+Engines = Callable[[], List[Tuple[Optional[str], "Kime"]]]
+"""Gives the engines to read at a scrape, as (model label, engine) pairs; None: no label."""
+
+
 class EngineCollector(Collector):
     """The scheduler's counters and queue depth, the caches' statistics and the model's memory,
-    read from the engine at each scrape (they are the engine's counters, not the server's)."""
+    read from each engine at each scrape (they are the engines' counters, not the server's)."""
 
-    def __init__(self, engine: Kime):
-        self.engine = engine
+    def __init__(self, engines: Engines, labelled: bool,
+                 registered: Optional[Callable[[], Sequence[str]]] = None):
+        self.engines = engines
+        self.model_labels = ["model"] if labelled else []
+        self.registered = registered
 
     def collect(self) -> Iterator[Metric]:
-        sched = self.engine.scheduler
-        for name, help_, value in (
+        engines = self.engines()
+        models = self.model_labels
+        metric: Metric
+
+        def values(name: Optional[str]) -> List[str]:
+            return [name] if models else []  # type: ignore[list-item]
+
+        for name, help_, read in (
                 ("kime_scheduler_runs_total",
                  "Forward runs of the scheduler, each over one or more merged requests.",
-                 sched.runs),
-                ("kime_scheduler_batches_total", "Backend batches run.", sched.batches),
-                ("kime_scheduler_rows_total", "Rows (one per question and state) run.", sched.rows),
+                 lambda s: s.runs),
+                ("kime_scheduler_batches_total", "Backend batches run.", lambda s: s.batches),
+                ("kime_scheduler_rows_total", "Rows (one per question and state) run.",
+                 lambda s: s.rows),
                 ("kime_scheduler_merged_total", "Submissions merged into another caller's batch.",
-                 sched.merged),
+                 lambda s: s.merged),
                 ("kime_scheduler_dropped_total",
-                 "Submissions dropped before their forward pass (caller gone).", sched.dropped)):
-            yield CounterMetricFamily(name, help_, value=value)
-        yield GaugeMetricFamily("kime_queue_depth", "Submissions waiting for the device.",
-                                value=sched.depth())
-        stats = sorted(self.engine.cache_stats().items())
+                 "Submissions dropped before their forward pass (caller gone).",
+                 lambda s: s.dropped)):
+            metric = CounterMetricFamily(name, help_, labels=models)
+            for model, engine in engines:
+                metric.add_metric(values(model), read(engine.scheduler))
+            yield metric
+        metric = GaugeMetricFamily("kime_queue_depth", "Submissions waiting for the device.",
+                                   labels=models)
+        for model, engine in engines:
+            metric.add_metric(values(model), engine.scheduler.depth())
+        yield metric
+        stats = [(model, sorted(engine.cache_stats().items())) for model, engine in engines]
         for key, family, help_ in (("hits", CounterMetricFamily, "Cache hits."),
                                    ("misses", CounterMetricFamily, "Cache misses."),
                                    ("hit_ratio", GaugeMetricFamily, "Cache hit ratio."),
                                    ("size", GaugeMetricFamily, "Entries in the cache.")):
-            metric = family("kime_cache_" + key, help_, labels=["cache"])
-            for cache, figures in stats:
-                metric.add_metric([cache], figures[key])
+            metric = family("kime_cache_" + key, help_, labels=models + ["cache"])
+            for model, caches in stats:
+                for cache, figures in caches:
+                    metric.add_metric(values(model) + [cache], figures[key])
             yield metric
-        memory = self.engine.memory()
         metric = GaugeMetricFamily("kime_memory_bytes", "Bytes the model holds on its device.",
-                                   labels=["kind"])
-        metric.add_metric(["weights"], memory.weights)
-        metric.add_metric(["plans"], memory.plans)
+                                   labels=models + ["kind"])
+        for model, engine in engines:
+            memory = engine.memory()
+            metric.add_metric(values(model) + ["weights"], memory.weights)
+            metric.add_metric(values(model) + ["plans"], memory.plans)
         yield metric
+        if self.registered is not None:
+            loaded = {model for model, _ in engines}
+            metric = GaugeMetricFamily("kime_model_loaded", "1 for a checkpoint loaded now, 0 "
+                                       "for one registered but not loaded.", labels=["model"])
+            for model in self.registered():
+                metric.add_metric([model], 1.0 if model in loaded else 0.0)
+            yield metric
 
 
 class Metrics:
-    """The server's counters and the engine's collector, in one registry per app."""
+    """The server's counters and the engines' collector, in one registry per app. With
+    `registered` (a Router's names) the answer counters and engine figures are labelled by
+    model."""
 
-    def __init__(self, engine: Kime):
+    def __init__(self, engines: Engines, registered: Optional[Callable[[], Sequence[str]]] = None):
         self.registry = CollectorRegistry(auto_describe=False)
         r = self.registry
+        by_model = ["model"] if registered is not None else []
         self.requests = Counter("kime_http_requests_total",
                                 "HTTP requests by method, path and status.",
                                 ["method", "path", "status"], registry=r)
@@ -77,19 +114,27 @@ class Metrics:
         self.in_progress = Gauge("kime_http_requests_in_progress",
                                  "HTTP requests being handled now.", ["path"], registry=r)
         self.states_answered = Counter("kime_states_answered_total", "States answered.",
-                                       registry=r)
+                                       by_model, registry=r)
         self.truncated_questions = Counter("kime_truncated_questions_total",
                                            "Question rows whose state was cut to fit max_len.",
-                                           registry=r)
+                                           by_model, registry=r)
         self.truncated_states = Counter("kime_truncated_states_total",
                                         "Answered states with at least one truncated question.",
-                                        registry=r)
+                                        by_model, registry=r)
         self.rejected_busy = Counter("kime_rejected_busy_total",
                                      "Requests refused with 503 (queue full).", registry=r)
         self.disconnects = Counter("kime_client_disconnects_total",
                                    "Requests whose client hung up before the answer (their queued "
                                    "work dropped).", registry=r)
-        r.register(EngineCollector(engine))
+        self.by_model = bool(by_model)
+        if self.by_model:
+            self.loads = Counter("kime_model_loads_total", "Checkpoints the Router loaded (on "
+                                 "first use, or again after an eviction or an idle unload).",
+                                 ["model"], registry=r)
+            self.evictions = Counter("kime_model_evictions_total", "Checkpoints the Router let "
+                                     "go (max_loaded, idle unload, shutdown).", ["model"],
+                                     registry=r)
+        r.register(EngineCollector(engines, self.by_model, registered))
 
     def observe(self, method: str, path: str, status: int, seconds: float) -> None:
         """One finished HTTP request."""
@@ -97,12 +142,31 @@ class Metrics:
         self.latency.labels(path).observe(seconds)
 
     def answered(self, results: Sequence[Dict[str, Any]]) -> None:
-        """Laya result dicts sent back: states answered and the ones whose state was cut."""
-        cut = [len(r.get("usage", {}).get("truncated_questions") or []) for r in results]
-        self.states_answered.inc(len(results))
-        self.truncated_questions.inc(sum(cut))
-        self.truncated_states.inc(sum(1 for n in cut if n))
+        """Laya result dicts sent back: states answered and the ones whose state was cut, by
+        the model in each result's `routing` when the metrics are labelled by model."""
+        for result in results:
+            cut = len(result.get("usage", {}).get("truncated_questions") or [])
+            counters = [self.states_answered, self.truncated_questions, self.truncated_states]
+            if self.by_model:
+                counters = [c.labels(result["routing"]["model"]) for c in counters]
+            answered, questions, states = counters
+            answered.inc()
+            questions.inc(cut)
+            states.inc(1 if cut else 0)
 
     def render(self) -> bytes:
         """The registry in Prometheus' text format (`CONTENT_TYPE`)."""
         return generate_latest(self.registry)
+
+
+class Lifecycle:
+    """A Router hook counting each checkpoint's loads and evictions into `Metrics`."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def on_load(self, ctx: Any) -> None:
+        self.metrics.loads.labels(ctx.model).inc()
+
+    def on_evict(self, ctx: Any) -> None:
+        self.metrics.evictions.labels(ctx.model).inc()

@@ -34,9 +34,18 @@ COMMON: Dict[str, Any] = {
     "questions": QUESTIONS,
     "max_len": BUDGET,
     "head_max_len": BUDGET,
-    "model": {"type": "string", "description": "the served model's id (or omit it)"},
-    "lang": {"type": ["string", "null"]},
-    "lang_guess": {"type": ["string", "null"]},
+    "model": {"type": "string", "description": "the checkpoint to answer with: the served "
+              "model's id; over a Router, a served name, an alias or a published Hub id (omit "
+              "it to let the Router choose)"},
+    "task": {"type": ["string", "null"], "description": "over a Router: the task's checkpoint "
+             "(typed-decisions)"},
+    "lang": {"type": ["string", "null"], "description": "the state's language code; over a "
+             "Router it routes"},
+    "lang_guess": {"type": ["string", "null"], "description": "over a Router: a soft language "
+                   "hint, checked after lang and before detection"},
+    "min_confidence": {"type": ["number", "object", "null"], "description": "over a Router: "
+                       "mark answers below this confidence (a float in [0, 1] or a per-bucket "
+                       "map) low_confidence"},
 }
 SYSTEMONE: Dict[str, Any] = {
     "type": "object", "required": ["state", "questions"],

@@ -8,19 +8,28 @@ derived from it, so adding a setting is one line here.
 Precedence: flags > environment (`KIME_*` first, then laya serve's `LAYA_*` equivalent) > the
 TOML file (`--config`/`KIME_CONFIG`: a `[serve]` table or top-level keys) > the defaults. The
 API keys then gather from the settings, the key file and `KIME_API_KEY`/`LAYA_API_KEY`.
+
+The routing settings read their values as laya serve reads its environment, from every source:
+a switch is on only for `1`, `true`, `yes` or `on`; `max_loaded` that is not a positive integer
+leaves the Router's own default; `idle_unload_seconds` that is not a finite number is off (with
+a warning); `extra_models` that is not a JSON object of sources refuses to start.
 """
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import math
 import os
 from dataclasses import dataclass
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple
+from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 KEY_ENV = ("KIME_API_KEY", "LAYA_API_KEY")
 """Each one, when set, adds one bearer key (laya serve reads LAYA_API_KEY)."""
 CONFIG_ENV = "KIME_CONFIG"
+_log = logging.getLogger("kime.serve")
 
 
 class ConfigError(ValueError):
@@ -37,6 +46,7 @@ class Source:
     env: Tuple[str, ...] = ()
     flag: bool = True
     short: Optional[str] = None
+    repeat: bool = False  # the flag may be given several times; each adds one value
 
 
 def _no_bool(value: Any) -> Any:
@@ -51,10 +61,74 @@ def _one_or_many(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
+class Refused(ValueError):
+    """A value refused with a reason the operator needs (laya serve's own words), which the
+    `ConfigError` then carries after naming the value and its source."""
+
+
+def _laya_switch(value: Any) -> Any:
+    # laya serve's `_env_bool`: only these four spellings turn a switch on; anything else is off.
+    if isinstance(value, bool):
+        return value
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+def _laya_max_loaded(value: Any) -> Optional[int]:
+    # laya serve's `_resolve_max_loaded`: not a positive integer -> None (the Router's default).
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        n = int(str(value))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _laya_seconds(value: Any) -> float:
+    # laya serve's `_resolve_idle_unload_seconds`: unparseable or not finite -> off, with a warning.
+    try:
+        seconds = float(str(value).strip()) if not isinstance(value, bool) else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        _log.warning("invalid LAYA_IDLE_UNLOAD_SECONDS %r; idle unload disabled", value)
+        return 0.0
+    return seconds if seconds > 0 else 0.0
+
+
+def _comma_list(value: Any) -> Any:
+    # LAYA_MODELS: "english, ml" -> ["english", "ml"]; blank entries dropped.
+    if isinstance(value, str):
+        return [name.strip() for name in value.split(",") if name.strip()]
+    return value
+
+
+def _extra_models(value: Any) -> Any:
+    # laya serve's `_extra_models_option`: a JSON object {name: source}; a source is a repo id
+    # or directory, or a [repo, subfolder] pair. Malformed refuses to start: a checkpoint missing
+    # from the registry would have its requests answered by another one.
+    if isinstance(value, str):
+        if not value.strip():
+            return {}
+        try:
+            value = json.loads(value)
+        except ValueError as e:
+            raise Refused("not a JSON object (%s)" % e) from None
+    if not isinstance(value, dict):
+        raise Refused("a JSON object {name: source}, got %s" % type(value).__name__)
+    for name, source in value.items():
+        if not isinstance(source, (str, list)):
+            raise Refused("source for %r must be a repo id, a local path, or a [repo, subfolder] "
+                          "pair; got %s" % (name, type(source).__name__))
+    return value
+
+
 Count = Annotated[int, BeforeValidator(_no_bool), Field(ge=0)]
 Positive = Annotated[int, BeforeValidator(_no_bool), Field(ge=1)]
 Seconds = Annotated[float, BeforeValidator(_no_bool), Field(ge=0.0, allow_inf_nan=False)]
 Keys = Annotated[List[str], BeforeValidator(_one_or_many)]
+Switch = Annotated[bool, BeforeValidator(_laya_switch)]
+Sources = Annotated[Dict[str, Union[str, List[str]]], BeforeValidator(_extra_models)]
 
 
 class Settings(BaseModel):
@@ -63,8 +137,12 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True,
                               coerce_numbers_to_str=True)
 
-    model: Annotated[str, Source("alias, hf://org/repo[/sub], or a checkpoint directory",
-                                 env=("KIME_MODEL",), short="-m")] = "laya"
+    model: Annotated[Keys, Source(
+        "SOURCE (an alias, hf://org/repo[/sub], or a checkpoint directory) serves that one "
+        "checkpoint; NAME=SOURCE, repeatable, registers a checkpoint under NAME (english, "
+        "multilingual, typed-decisions or a name of your own) on a Router that routes every "
+        "request; none: Laya's three checkpoints behind a Router, as laya serve",
+        env=("KIME_MODEL",), short="-m", repeat=True)] = Field(default_factory=list)
     host: Annotated[str, Source("bind address", env=("KIME_HOST", "LAYA_HOST"))] = "127.0.0.1"
     port: Annotated[int, BeforeValidator(_no_bool), Field(ge=0, le=65535),
                     Source("bind port", env=("KIME_PORT", "LAYA_PORT"))] = 8000
@@ -102,6 +180,33 @@ class Settings(BaseModel):
         env=("KIME_GRACEFUL_SHUTDOWN",))] = 30.0
     log_level: Annotated[str, Source("uvicorn log level",
                                      env=("KIME_LOG_LEVEL", "LAYA_LOG_LEVEL"))] = "info"
+    root_path: Annotated[str, Source("public URL prefix behind a reverse proxy",
+                                     env=("KIME_ROOT_PATH", "LAYA_ROOT_PATH"))] = ""
+    # --- routing across checkpoints (a Router: no --model, or NAME=SOURCE ones) ---------------
+    extra_models: Annotated[Sources, Source(
+        "JSON object {name: source} registering checkpoints beside Laya's: a repo id, a "
+        "directory or a [repo, subfolder] pair",
+        env=("KIME_EXTRA_MODELS", "LAYA_EXTRA_MODELS"), flag=False)] = Field(
+            default_factory=dict)
+    default_model: Annotated[Optional[str], Source(
+        "checkpoint for states that carry no language evidence (the Router's default: "
+        "multilingual)", env=("KIME_DEFAULT_MODEL", "LAYA_DEFAULT_MODEL"))] = None
+    auto_task: Annotated[Switch, Source(
+        "1: route questions whose ids match a typed-decisions workflow to typed-decisions",
+        env=("KIME_AUTO_TASK", "LAYA_AUTO_TASK"))] = False
+    max_loaded: Annotated[Optional[int], BeforeValidator(_laya_max_loaded), Source(
+        "checkpoints kept loaded at once, least recently used evicted (the Router's default: "
+        "2; a preload raises it to fit)", env=("KIME_MAX_LOADED", "LAYA_MAX_LOADED"))] = None
+    idle_unload_seconds: Annotated[float, BeforeValidator(_laya_seconds), Source(
+        "unload every checkpoint after this many idle seconds; 0: never",
+        env=("KIME_IDLE_UNLOAD_SECONDS", "LAYA_IDLE_UNLOAD_SECONDS"))] = 0.0
+    preload: Annotated[Switch, Source(
+        "load the checkpoints at startup, not on first use",
+        env=("KIME_PRELOAD", "LAYA_PRELOAD"))] = True
+    preload_models: Annotated[List[str], BeforeValidator(_comma_list), Source(
+        "comma list of the checkpoints to preload (default: the NAME=SOURCE ones, else every "
+        "registered one)", env=("KIME_PRELOAD_MODELS", "LAYA_MODELS"))] = Field(
+            default_factory=list)
 
 
 def sources() -> Dict[str, Source]:
@@ -131,7 +236,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             where.append("default %s" % (default,))
         help_ = source.help + (" (%s)" % "; ".join(where) if where else "")
         names = [flag_name(name)] + ([source.short] if source.short else [])
-        parser.add_argument(*names, dest=name, default=None, help=help_)
+        parser.add_argument(*names, dest=name, default=None, help=help_,
+                            action="append" if source.repeat else "store")
     parser.add_argument("--config", default=None, help="TOML file with the settings (a [serve] "
                         "table or top-level keys; env %s)" % CONFIG_ENV)
 
@@ -144,8 +250,11 @@ def flags_from(args: argparse.Namespace) -> Dict[str, Any]:
 def _assign(settings: Settings, name: str, value: Any, source: str) -> None:
     try:
         setattr(settings, name, value)
-    except ValidationError:
-        raise ConfigError("invalid %s %r for %s" % (source, value, name)) from None
+    except ValidationError as e:
+        reasons = [str(err["ctx"]["error"]) for err in e.errors()
+                   if isinstance(err.get("ctx", {}).get("error"), Refused)]
+        raise ConfigError("invalid %s %r for %s%s" % (source, value, name, "".join(
+            ": " + reason for reason in reasons))) from None
 
 
 def _read_toml(path: str) -> Dict[str, Any]:

@@ -1,0 +1,180 @@
+"""Serving several checkpoints: which server the settings ask for, the Router they build, and
+laya serve's reading of a routed request body (Laya 0.4.15's `laya/serve.py`).
+
+One plain `--model SOURCE` serves that checkpoint alone (`single_source`). Anything else is a
+`kime.laya.Router`, as `laya serve` runs one. That covers no `--model` at all (Laya's three
+checkpoints), `--model NAME=SOURCE` entries, and `LAYA_EXTRA_MODELS`. A routed body may name a
+`model`, `task`, `lang`, `lang_guess` and `min_confidence`. They are checked here in laya serve's
+order, with its texts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+from ..laya import routing as laya_routing
+from ..laya.confidence import MinConfidence, check_min_confidence
+from .limits import Body, budgets, check_batch_controls, check_languages, check_shape, refuse
+from .settings import ConfigError, Settings
+
+PUBLISHED_IDS: Dict[str, str] = {repo: name for name, repo in
+                                 laya_routing.STANDALONE_MODELS.items()
+                                 if repo != laya_routing.BUNDLE_REPO}
+"""The Hub ids of the published checkpoints, which pin one. The bundle id is not among them: a
+client sending `convaiinnovations/laya` asks the Router to choose."""
+
+
+# --- which server ------------------------------------------------------------------------------
+
+def split_entry(entry: str) -> Tuple[Optional[str], str]:
+    """`NAME=SOURCE` as (NAME, SOURCE); anything else (a path, an alias, a repo id) as
+    (None, entry). NAME follows Laya's checkpoint names, so `./a=b` and `hf://x` stay sources."""
+    name, sep, source = entry.partition("=")
+    if sep and source.strip() and laya_routing.NAME.match(name.strip().lower()):
+        return name.strip(), source.strip()
+    return None, entry
+
+
+def single_source(settings: Settings) -> Optional[str]:
+    """The checkpoint a single plain `--model SOURCE` serves alone; None when the settings ask
+    for a Router. Raises `ConfigError` for several entries of which one has no name."""
+    entries = [split_entry(entry) for entry in settings.model]
+    plain = [source for name, source in entries if name is None]
+    if len(entries) == 1 and plain:
+        return plain[0]
+    if plain:
+        raise ConfigError("--model %r: with several checkpoints, name each one (--model "
+                          "NAME=SOURCE); a plain --model SOURCE serves one checkpoint alone"
+                          % plain[0])
+    return None
+
+
+class _BoundMerge:
+    """An `on_load` hook giving every engine the Router builds the server's `max_merge`."""
+
+    def __init__(self, max_merge: int):
+        self.max_merge = max_merge
+
+    def on_load(self, ctx: Any) -> None:
+        ctx.agent.engine.scheduler.max_merge = self.max_merge
+
+
+def build_router(settings: Settings) -> Any:
+    """The Router the settings describe, preloaded as laya serve's `build_router` does. The
+    registry is Laya's three, then `extra_models`, then `--model NAME=SOURCE` entries (a
+    built-in's name re-points it). The preload covers `preload_models`, else the NAME=SOURCE
+    checkpoints, else every registered one. Raises `ConfigError` for a configuration the
+    Router refuses."""
+    from ..laya.router import Router
+
+    entries = [split_entry(entry) for entry in settings.model]
+    if any(name is None for name, _ in entries):
+        raise ConfigError("a Router serves named checkpoints: --model NAME=SOURCE")
+    named = {str(name): source for name, source in entries}
+    models: Dict[str, Any] = {name: tuple(source) if isinstance(source, list) else source
+                              for name, source in settings.extra_models.items()}
+    models.update(named)
+    options: Dict[str, Any] = {
+        "models": models, "device": settings.device,
+        "auto_task_detection": settings.auto_task,
+        "agent_kwargs": {"precision": settings.precision, "threads": settings.threads}}
+    if settings.max_loaded is not None:
+        options["max_loaded"] = settings.max_loaded
+    if settings.max_merge:
+        options["hooks"] = [_BoundMerge(settings.max_merge)]
+    try:
+        router = Router(**options)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from None
+    if settings.default_model is not None:
+        try:
+            router.default = router.resolve(settings.default_model)
+        except ValueError as e:
+            raise ConfigError("invalid default_model %r: %s"
+                              % (settings.default_model.strip(), e)) from None
+    if settings.preload:
+        names = settings.preload_models or list(named) or None
+        try:
+            keys = None if names is None else [router.resolve(name) for name in names]
+        except ValueError as e:
+            raise ConfigError("invalid preload_models: %s" % e) from None
+        router.preload(keys)
+    return router
+
+
+# --- a routed request's body -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ask:
+    """A routed request that passed laya serve's checks: the body and its routing controls."""
+
+    body: Body
+    model: Optional[str]
+    task: Any
+    lang: Optional[str]
+    lang_guess: Optional[str]
+    min_confidence: Optional[MinConfidence]
+
+    def route_kwargs(self) -> Dict[str, Any]:
+        """The controls `Router.route` takes, each only when the client sent it."""
+        return {k: v for k, v in (("model", self.model), ("task", self.task),
+                                  ("lang", self.lang), ("lang_guess", self.lang_guess))
+                if v is not None}
+
+
+def check_routed_body(raw: Any, batch: bool, resolve: Callable[[Any], str],
+                      max_token_budget: int) -> Ask:
+    """laya serve's checks of a body for a Router, in its order: shape and sizes, refusals,
+    unpaired surrogates, the model named, the token budgets, the language hints, the
+    confidence gate, then the batch controls. An unknown `task` is left to `Router.route`."""
+    states, questions = check_shape(raw, batch)
+    model = resolve_model(raw.get("model"), resolve)
+    body = budgets(raw, batch, states, questions, max_token_budget)
+    check_languages(raw)
+    min_confidence = None
+    if raw.get("min_confidence") is not None:
+        try:
+            min_confidence = check_min_confidence(raw["min_confidence"])
+        except ValueError as e:
+            raise refuse(422, str(e)) from None
+    if batch:
+        check_batch_controls(raw)
+    return Ask(body=body, model=model, task=raw.get("task"), lang=raw.get("lang"),
+               lang_guess=raw.get("lang_guess"), min_confidence=min_confidence)
+
+
+def names_a_source(text: str) -> bool:
+    """Whether a `model` value is written as a path or a Hub repo id (a slash or backslash, or
+    a leading `.` or `~`), not as a checkpoint name or a Jev id such as `jev-1`."""
+    return bool(text) and (text[0] in ".~" or "/" in text or "\\" in text)
+
+
+def resolve_model(value: Any, resolve: Callable[[Any], str]) -> Optional[str]:
+    """A body's `model` as laya serve reads it: the checkpoint it pins, or None to let the
+    Router choose. A served name, an alias or a published Hub id pins. Nothing, the bundle id
+    and any other name (a Jev id such as `jev-1`) route. A path or an unknown repo id is a 422
+    listing what is served: answering it with another checkpoint would be a wrong answer."""
+    if not value:
+        return None
+    text = str(value).strip()
+    published = PUBLISHED_IDS.get(text.lower())
+    if published is not None:
+        return published
+    if text.lower() == laya_routing.BUNDLE_REPO:
+        return None
+    try:
+        return resolve(value)
+    except ValueError as e:
+        if names_a_source(text):
+            raise refuse(422, "%s, or omit model to let the router choose" % e) from None
+        return None
+
+
+def route_all(router: Any, ask: Ask) -> List[Any]:
+    """Every state's `RouteDecision`, in order. A control the Router refuses (an unknown
+    `task`) is laya serve's 422 with the Router's text."""
+    try:
+        return [router.route(state, ask.body.questions, **ask.route_kwargs())
+                for state in ask.body.states]
+    except ValueError as e:
+        raise refuse(422, str(e)) from None

@@ -1,0 +1,257 @@
+"""What the server answers with: one engine (`One`), or a Router over several (`Routed`).
+
+Both give the app's single pipeline the same few steps: check a body, answer it, and describe
+themselves to `/health`, `/ready`, `/v1/models` and `/metrics`. `One` is the single-model server
+as it has always been. `Routed` is laya serve's Router. Each state is routed, its checkpoint is
+leased for the call, and the rows go to that checkpoint's own engine and scheduler. A response
+carries `routing`. A client that hangs up drops its queued rows, as with one engine.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Tuple
+
+from ..laya import Agent
+from ..laya.routing import repo_str
+from .limits import Body, check_body
+from .metrics import Lifecycle, Metrics
+from .routing import Ask, check_routed_body, route_all
+from .settings import Settings
+
+if TYPE_CHECKING:
+    from ..engine import Kime
+
+Engines = List[Tuple[Optional[str], "Kime"]]
+"""(model label, engine) pairs, what `metrics.EngineCollector` reads; the label is None for the
+single-model server."""
+
+
+class One:
+    """One engine, the server `--model SOURCE` runs."""
+
+    registered = None  # metrics carry no model label
+
+    def __init__(self, engine: Kime):
+        self.engine = engine
+        self.agent = Agent(engine)
+
+    def check(self, raw: Any, batch: bool, max_token_budget: int) -> Body:
+        return check_body(raw, batch, self.engine.model_id, max_token_budget)
+
+    async def answer(self, body: Body, batch: bool) -> List[Dict[str, Any]]:
+        if batch:
+            return await self.agent.predict_batch_async(
+                body.states, body.questions, batch_size=body.batch_size, max_len=body.max_len,
+                head_max_len=body.head_max_len)
+        return [await self.agent.predict_async(body.states[0], body.questions,
+                                               max_len=body.max_len,
+                                               head_max_len=body.head_max_len)]
+
+    def depth(self) -> int:
+        return self.engine.scheduler.depth()
+
+    def engines(self) -> Engines:
+        return [(None, self.engine)]
+
+    def watch(self, metrics: Metrics) -> None:
+        """Nothing loads or unloads after startup."""
+
+    def health(self) -> Dict[str, Any]:
+        return {"status": "ok", "model": self.engine.model_id, "device": self.engine.device,
+                "loaded": [self.engine.model_id]}
+
+    def ready(self) -> Dict[str, Any]:
+        return {"loaded": [self.engine.model_id], "device": self.engine.device}
+
+    def listing(self) -> List[Dict[str, Any]]:
+        return [{"id": self.engine.model_id, "object": "model", "owned_by": "kime",
+                 "device": self.engine.device, "max_row_tokens": self.engine.max_row_tokens}]
+
+    async def idle_unloads(self) -> None:
+        """Nothing to unload: the one engine stays."""
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class Routed:
+    """A `kime.laya.Router`, the server laya serve runs: each loaded checkpoint has its own
+    engine and scheduler, and at most `max_loaded` are resident."""
+
+    def __init__(self, router: Any, settings: Settings):
+        self.router = router
+        self.idle_unload_seconds = settings.idle_unload_seconds
+        self._asked_device = settings.device
+        self._preference: Optional[str] = None
+        self._in_flight = 0
+        self._last_request = time.monotonic()
+
+    def check(self, raw: Any, batch: bool, max_token_budget: int) -> Ask:
+        self._last_request = time.monotonic()
+        return check_routed_body(raw, batch, self.router.resolve, max_token_budget)
+
+    async def answer(self, ask: Ask, batch: bool) -> List[Dict[str, Any]]:
+        """Route every state (on a worker thread: detection reads the text), then answer each
+        (checkpoint, language) group on its leased agent, the groups concurrently. Results come
+        back in the caller's order, each with its `routing`, as `Router.predict` and
+        `predict_batch` give them."""
+        loop = asyncio.get_running_loop()
+        self._in_flight += 1
+        try:
+            decisions = await loop.run_in_executor(None, route_all, self.router, ask)
+            groups: Dict[Tuple[str, Any], List[int]] = {}
+            for i, decision in enumerate(decisions):
+                said = ask.lang
+                if said is None:
+                    said = (decision.get("detection") or {}).get("language")
+                groups.setdefault((self.router.resolve(decision["model"]), said), []).append(i)
+            results: List[Any] = [None] * len(decisions)
+
+            async def answer_group(key: str, lang: Any, indices: List[int]) -> None:
+                async with self._leased(key) as agent:
+                    answers = await agent.predict_batch_async(
+                        [ask.body.states[i] for i in indices], ask.body.questions,
+                        batch_size=ask.body.batch_size, lang=lang, max_len=ask.body.max_len,
+                        head_max_len=ask.body.head_max_len, min_confidence=ask.min_confidence)
+                for i, result in zip(indices, answers):
+                    result["routing"] = dict(decisions[i])
+                    results[i] = result
+
+            tasks = [asyncio.ensure_future(answer_group(key, lang, indices))
+                     for (key, lang), indices in groups.items()]
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException:  # one group failed (or the client left): stop the others
+                for task in tasks:
+                    task.cancel()
+                raise
+            return results
+        finally:
+            self._in_flight -= 1
+            self._last_request = time.monotonic()
+
+    @asynccontextmanager
+    async def _leased(self, key: str) -> AsyncIterator[Agent]:
+        """`Router.lease` for the event loop: the agent for `key` is loaded on a worker thread
+        if it is not resident, and held until the block ends (an eviction meanwhile lets it go
+        only after). A request cancelled while the load runs returns the lease once the load
+        is done."""
+        lease = self.router.lease(key)
+        pending = asyncio.get_running_loop().run_in_executor(None, lease.__enter__)
+        try:
+            agent = await asyncio.shield(pending)
+        except asyncio.CancelledError:
+            def give_back(done: "asyncio.Future[Any]") -> None:
+                if not done.cancelled() and done.exception() is None:
+                    lease.__exit__(None, None, None)
+
+            pending.add_done_callback(give_back)
+            raise
+        try:
+            yield agent
+        finally:
+            lease.__exit__(None, None, None)
+
+    def resident(self) -> Dict[str, Agent]:
+        """The loaded agents by name, least recently used first, without touching the LRU."""
+        agents = self.router.resident()
+        return {name: agents[name] for name in self.router.loaded if name in agents}
+
+    def depth(self) -> int:
+        return sum(agent.engine.scheduler.depth() for agent in self.resident().values())
+
+    def engines(self) -> Engines:
+        return [(name, agent.engine) for name, agent in self.resident().items()]
+
+    def registered(self) -> List[str]:
+        """Every checkpoint name the Router serves, loaded or not (the metrics' `model`s)."""
+        return list(self.router.models)
+
+    def watch(self, metrics: Metrics) -> None:
+        """Count loads and evictions from now on, and the checkpoints preloaded before."""
+        for name in self.router.loaded:
+            metrics.loads.labels(name).inc()
+        self.router.add_hook(Lifecycle(metrics))
+
+    def preference(self) -> str:
+        """The device checkpoints are asked to load on, as a type (`cpu`, `cuda`), for
+        `/health` when none is loaded."""
+        if self._preference is None:
+            asked = str(self._asked_device).strip().lower()
+            if asked in ("", "auto"):
+                from .._cuda.device import probe
+
+                asked = "cuda" if probe(0) is None else "cpu"
+            self._preference = asked.split(":", 1)[0]
+        return self._preference
+
+    def health(self) -> Dict[str, Any]:
+        """laya serve's `/health`: what is loaded, at which revisions and where it computes."""
+        resident = self.resident()
+        devices = {name: agent.device.type for name, agent in resident.items()}
+        actual = next(iter(devices.values()), None)
+        body: Dict[str, Any] = {
+            "status": "ok", "loaded": list(resident),
+            "revisions": self.router.loaded_revisions,
+            "device": actual or self.preference(), "device_is_preference": actual is None,
+            "checkpoint_devices": devices,
+            "cpu_fallbacks": {name: {"count": agent.cpu_fallback_count,
+                                     "last_reason": agent.last_fallback_reason}
+                              for name, agent in resident.items()}}
+        if self.idle_unload_seconds:
+            body.update(idle_unload_seconds=self.idle_unload_seconds,
+                        idle_seconds=round(time.monotonic() - self._last_request, 1))
+        return body
+
+    def ready(self) -> Dict[str, Any]:
+        resident = self.resident()
+        return {"loaded": list(resident),
+                "device": {name: agent.engine.device for name, agent in resident.items()}}
+
+    def listing(self) -> List[Dict[str, Any]]:
+        """Every registered checkpoint, loaded or not."""
+        resident = self.resident()
+        out = []
+        for name, spec in list(self.router.models.items()):
+            entry: Dict[str, Any] = {"id": name, "object": "model", "owned_by": "kime",
+                                     "source": repo_str(spec), "loaded": name in resident}
+            if name in resident:
+                engine = resident[name].engine
+                entry.update(device=engine.device, max_row_tokens=engine.max_row_tokens)
+            out.append(entry)
+        return out
+
+    async def idle_unloads(self) -> None:
+        """laya serve's idle reaper: once no request has been seen for `idle_unload_seconds`
+        and none is in flight, unload every checkpoint; the next request loads its own again."""
+        seconds = self.idle_unload_seconds
+        if not seconds:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.05, min(seconds / 4.0, 5.0)))
+            if self._in_flight or time.monotonic() - self._last_request < seconds:
+                continue
+            if self.router.loaded:
+                await loop.run_in_executor(None, self.router.unload)
+
+    def close(self) -> None:
+        self.router.unload()
+
+
+def model_of(result: Dict[str, Any]) -> Optional[str]:
+    """The checkpoint that answered a routed result (None for the single-model server's)."""
+    routing = result.get("routing")
+    return routing.get("model") if isinstance(routing, dict) else None
+
+
+def served_for(model: Any, settings: Settings) -> Any:
+    """`One` for a `kime.Kime`, `Routed` for a Router."""
+    from ..engine import Kime
+
+    return One(model) if isinstance(model, Kime) else Routed(model, settings)
+
+
+__all__ = ["One", "Routed", "model_of", "served_for"]
