@@ -57,6 +57,7 @@ class Service:
         self.settings = settings
         self.metrics = Metrics(self.served.engines, self.served.registered)
         self.served.watch(self.metrics)
+        self.in_flight = 0
         self._expected = [("Bearer " + k).encode("utf-8", "surrogateescape")
                           for k in settings.api_keys]
 
@@ -96,13 +97,19 @@ class Service:
             raise HTTPException(status_code=401, detail=UNAUTHORIZED)
 
     def busy(self) -> Tuple[bool, int]:
-        depth = self.served.depth()
-        return bool(self.settings.max_queue) and depth >= self.settings.max_queue, depth
+        """Whether `max_queue` requests are in flight, and how many are."""
+        n = self.in_flight
+        return bool(self.settings.max_queue) and n >= self.settings.max_queue, n
 
     def admit(self) -> None:
+        """Take a slot or answer 503. A slot is held from here, before the body is read, until
+        the handler ends (answered, refused, timed out or hung up on): counting only what waits
+        for the device would let bodies being read or laid out pile up without bound. Only the
+        event loop touches the count, so it needs no lock."""
         if self.busy()[0]:
             self.metrics.rejected_busy.inc()
             raise HTTPException(status_code=503, detail=BUSY, headers={"Retry-After": "1"})
+        self.in_flight += 1
 
     async def read_json(self, request: Request) -> Any:
         """The body, refused past `MAX_BODY_BYTES` (on its Content-Length, before reading, when
@@ -156,9 +163,12 @@ class Service:
         """The pipeline both POST routes share; `batch` picks the body's and the answer's shape."""
         self.check_auth(request)
         self.admit()
-        body = self.served.check(await self.read_json(request), batch,
-                                 self.settings.max_token_budget)
-        results, ms = await self.infer(request, self.served.answer(body, batch))
+        try:
+            body = self.served.check(await self.read_json(request), batch,
+                                     self.settings.max_token_budget)
+            results, ms = await self.infer(request, self.served.answer(body, batch))
+        finally:
+            self.in_flight -= 1
         self.metrics.answered(results)
         content = _batch_response(results) if batch else with_jev_confidence(results[0])
         return JSONResponse(content=content,
@@ -182,7 +192,8 @@ class Service:
         busy, depth = self.busy()
         body: Dict[str, Any] = {"status": "busy" if busy else "ready"}
         if self.authorized(request):
-            body.update(self.served.ready(), queue_depth=depth, max_queue=self.settings.max_queue)
+            body.update(self.served.ready(), in_flight=depth, queue_depth=self.served.depth(),
+                        max_queue=self.settings.max_queue)
         return JSONResponse(body, status_code=503 if busy else 200,
                             headers={"Retry-After": "1"} if busy else None)
 
@@ -287,7 +298,8 @@ def serve(settings: Settings) -> None:
     model: Union[Kime, Router]
     if source is not None:
         model = Kime(source, device=settings.device, precision=settings.precision,
-                     threads=settings.threads, max_merge=settings.max_merge)
+                     threads=settings.threads, max_merge=settings.max_merge,
+                     answer_cache=settings.answer_cache)
     else:
         model = build_router(settings)
     config = uvicorn.Config(create_app(model, settings), host=settings.host, port=settings.port,

@@ -77,7 +77,8 @@ def build_router(settings: Settings) -> Any:
     options: Dict[str, Any] = {
         "models": models, "device": settings.device,
         "auto_task_detection": settings.auto_task,
-        "agent_kwargs": {"precision": settings.precision, "threads": settings.threads}}
+        "agent_kwargs": {"precision": settings.precision, "threads": settings.threads,
+                         "answer_cache": settings.answer_cache}}
     if settings.max_loaded is not None:
         options["max_loaded"] = settings.max_loaded
     if settings.max_merge:

@@ -158,11 +158,15 @@ class Settings(BaseModel):
     api_keys: Annotated[Keys, Source("bearer keys (the TOML file's `api_key`)",
                                      flag=False)] = Field(default_factory=list)
     max_queue: Annotated[Count, Source(
-        "answer 503 + Retry-After when this many submissions wait for the device; 0: no bound",
+        "answer 503 + Retry-After when this many requests are in flight (being read, laid out, "
+        "queued or run); 0: no bound",
         env=("KIME_MAX_QUEUE",))] = 256
     max_merge: Annotated[Count, Source(
         "requests one forward run may merge; 0: every queued request that fits",
         env=("KIME_MAX_MERGE",))] = 0
+    answer_cache: Annotated[Count, Source(
+        "rows whose outputs each engine keeps (a repeated row is answered without a forward "
+        "pass); 0: off", env=("KIME_ANSWER_CACHE",))] = 4096
     max_token_budget: Annotated[Positive, Source(
         "the largest max_len/head_max_len a request may ask for",
         env=("KIME_MAX_TOKEN_BUDGET", "LAYA_MAX_TOKEN_BUDGET"))] = 8192
