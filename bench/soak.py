@@ -180,6 +180,19 @@ class Soak:
             return int(got.split(b" ", 2)[1]) if got.startswith(b"HTTP/") else "closed"
 
 
+def _mix(text: str) -> List[Tuple[str, int]]:
+    """`kind=weight,...` -> [(kind, weight)], refusing kinds the soak does not know."""
+    known = {k for k, _ in MIX}
+    mix = []
+    for part in text.split(","):
+        kind, _, weight = part.strip().partition("=")
+        if kind not in known or not weight.isdigit() or int(weight) < 1:
+            raise argparse.ArgumentTypeError("%r: expected kind=weight with kind one of %s"
+                                             % (part, ", ".join(sorted(known))))
+        mix.append((kind, int(weight)))
+    return mix
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     ap = argparse.ArgumentParser(description="kime serve under a long mixed load with faults")
     ap.add_argument("--minutes", type=float, default=20.0)
@@ -189,6 +202,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--body-read-timeout", type=float, default=2.0)
     ap.add_argument("--header-read-timeout", type=float, default=2.0)
     ap.add_argument("--out", help="write the per-minute report as JSON here")
+    ap.add_argument("--mix", type=_mix, default=MIX,
+                    help="kinds and weights, e.g. disconnect=1 or valid=4,batch=1 (default: %s)"
+                    % ",".join("%s=%d" % kw for kw in MIX))
     args = ap.parse_args(argv)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     model = args.model or os.path.join(root, "tests", "goldens", "checkpoints", "tiny")
@@ -216,7 +232,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             time.sleep(0.2)
         soak.t0 = time.monotonic()
         end = soak.t0 + args.minutes * 60
-        kinds = [k for k, w in MIX for _ in range(w)]
+        kinds = [k for k, w in args.mix for _ in range(w)]
         rss: Dict[int, int] = {}
         stop = threading.Event()
 
