@@ -485,7 +485,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "end to end)")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the bench")
     b.set_defaults(run=_bench)
-    # The offline jobs add their commands (score, calibrate) here: kime.jobs.cli.add_commands.
+    from .jobs.cli import add_commands  # score and calibrate: the offline jobs own their flags
+
+    add_commands(sub)
     return parser
 
 

@@ -712,6 +712,7 @@ AREAS = ("goldens_agent.py", "goldens_calibration.py", "goldens_confidence.py")
 against the checkpoints just written."""
 AREAS += ("goldens_router.py",)  # issue 11: routing (lang.json, router.json)
 AREAS += ("goldens_serve.py",)  # issue 11: laya serve over a Router, `laya TEXT` (serve.json)
+AREAS += ("goldens_fit.py",)  # issue 13: laya.calibrate's fitters on fixed records (fit.json)
 
 
 def record_areas() -> List[str]:
