@@ -7,8 +7,9 @@ process; the bench also drops them itself, restarting once, if they are set):
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench --shape base --quick
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench --shape tiny --out tiny.json
 
-Options: `--shape` (tiny, multilingual-tiny, base, large), `--precision f32`, `--threads 0`
-(kime's threads; 0 = every core), `--peers auto|none`, `--peer-python PATH`,
+Options: `--shape` (tiny, multilingual-tiny, base, large), `--precision f32` (int8, bf16, or
+several side by side: f32,bf16), `--threads 0` (kime's threads; 0 = every core), `--peers
+auto|none`, `--peer-python PATH`,
 `--peer-threads 1,2`, `--repeat N`, `--budget S`, `--quick`, `--workloads W1,W3`,
 `--no-startup`, `--cache-dir DIR`, `--out report.json`. `--quick` is a smoke run: W1-W3 only, one
 timed run each, peers at every core only, one startup run. Exit status 1 when a problem is listed
@@ -45,6 +46,7 @@ What it does:
 6. Prints a table per workload, a summary, startup and memory to stdout (progress goes to
    stderr) and, with `--out`, the whole report with every sample as JSON.
 
-The GEMM and attention micro-benchmarks (`bench/gemm.py`, `bench/attention.py`) and the
-reference forward's own timer (`bench/reference.py`) are separate modules.
+The GEMM and attention micro-benchmarks (`bench/gemm.py`, `bench/qgemm.py`, `bench/bgemm.py`,
+`bench/attention.py`) and the reference forward's own timer (`bench/reference.py`) are separate
+modules.
 """

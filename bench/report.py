@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-FAMILIES = ("kime", "kime-int8", "kime-f16", "torch", "onnx", "onnx-int8")
+FAMILIES = ("kime", "kime-int8", "kime-bf16", "kime-f16", "torch", "onnx", "onnx-int8")
 """Every engine family the bench knows, in the order tables list them."""
 
 
@@ -177,8 +177,8 @@ def render(report: Dict[str, Any]) -> str:
                     text += ", %d label%s differ" % (flips, "" if flips == 1 else "s")
                 if layout:
                     text += ", LAYOUT DIFFERS"
-                if w["name"] == "W1" and not fam.endswith("int8") and "int8" not in report[
-                        "settings"]["precision"]:
+                if w["name"] == "W1" and not fam.endswith(("int8", "bf16")) and report[
+                        "settings"]["precision"] not in ("int8", "bf16"):
                     text += " (FAILS the 1e-3 check)" if bad_w1 else " (same choice, within 1e-3)"
                 parts.append(text)
             out.append("  answers vs kime (Laya's dicts, 4 decimals): " + "; ".join(parts))

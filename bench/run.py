@@ -24,6 +24,7 @@ from .stats import compare_results, summarize, w1_agrees
 from .workloads import WORKLOAD_NAMES, Workload, build_workloads, cached_checkpoint
 
 W1_TOLERANCE = 1e-3
+REDUCED = ("int8", "bf16")  # kime's reduced CPU precisions, each timed beside FP32
 GAP_S = 0.05  # idle time before each timed call, so one engine's spinning threads settle
 BUSY_CORES = 0.25  # other processes' load above which a workload's numbers are marked noisy
 
@@ -43,8 +44,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                          "multilingual-tiny, base, large); default base")
     ap.add_argument("--precision", default="f32",
                     help="kime precision, or several comma-separated to time side by side in one "
-                         "run (f32, int8; e.g. f32,int8); the first is the one peers are compared "
-                         "with; default f32")
+                         "run (f32, int8, bf16; e.g. f32,bf16); the first is the one peers are "
+                         "compared with; default f32")
     ap.add_argument("--onnx-int8", choices=["auto", "on", "off"], default="auto",
                     help="also time ONNX Runtime on the export quantized with onnxruntime's "
                          "quantize_dynamic: auto (when kime runs int8), on, off")
@@ -83,12 +84,12 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         ap.error("unknown workload(s) %s; choose from %s" % (", ".join(bad), ", ".join(WORKLOAD_NAMES)))
     if args.repeat is not None and args.repeat < 1:
         ap.error("--repeat must be at least 1")
-    aliases = {"fp32": "f32", "float32": "f32", "i8": "int8"}
+    aliases = {"fp32": "f32", "float32": "f32", "i8": "int8", "bfloat16": "bf16"}
     precisions: List[str] = []
     for p in args.precision.split(","):
         p = aliases.get(p.strip().lower(), p.strip().lower())
-        if p not in ("f32", "int8"):  # the CPU's precisions; f16 runs on a GPU only
-            ap.error("unknown precision %r; use f32 or int8" % p)
+        if p not in ("f32",) + REDUCED:  # the CPU's precisions; f16 runs on a GPU only
+            ap.error("unknown precision %r; use f32, int8 or bf16" % p)
         if p not in precisions:
             precisions.append(p)
     args.precisions = precisions
@@ -97,12 +98,15 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def kime_key(precision: str, first: str) -> str:
-    """The engine key of kime at a precision: `kime` for the first, `kime-int8` for others."""
+    """The engine key of kime at a precision: `kime` for the first, `kime-int8` (`kime-bf16`)
+    for others."""
     return "kime" if precision == first else "kime-" + precision
 
 
-def is_int8(key: str) -> bool:
-    return key.split("@")[0].endswith("int8")
+def is_reduced(key: str) -> bool:
+    """Whether an engine runs a reduced precision (INT8 or BF16), whose answers are reported
+    against FP32's but not held to the W1 1e-3 check."""
+    return key.split("@")[0].endswith(REDUCED)
 
 
 # --- engines -----------------------------------------------------------------------------------
@@ -371,8 +375,9 @@ def time_workload(w: Workload, engines: List[Engine], args: argparse.Namespace, 
             if e.key == "kime" or e.key not in results:
                 continue
             cmp = compare_results(results["kime"], results[e.key])
-            # INT8 is not meant to be within 1e-3 of FP32: its answers are reported, not judged.
-            if w.name == "W1" and not is_int8(e.key) and args.precision != "int8":
+            # INT8 and BF16 are not meant to be within 1e-3 of FP32: their answers are
+            # reported, not judged.
+            if w.name == "W1" and not is_reduced(e.key) and args.precision not in REDUCED:
                 cmp["w1_check"] = w1_agrees(results["kime"], results[e.key], W1_TOLERANCE)
                 if cmp["w1_check"]:
                     problems.append("W1: %s does not give kime's answer (%s)"

@@ -73,13 +73,15 @@ class Precision(str, enum.Enum):
     `auto` (the default) is FP16 on a GPU and FP32 on the CPU. `f16` is the GPU's FP16 weights
     and activations with FP32 accumulation; the CPU has no FP16 kernels, so `f16` on the CPU is
     refused rather than quietly run in FP32. `f32` is FP32 everywhere; `int8` is the CPU's INT8
-    GEMMs (FP32 attention and heads).
+    GEMMs and `bf16` its BF16 GEMMs (bfloat16 weights and GEMM inputs, FP32 sums), both with FP32
+    attention, norms and heads. `bf16` needs a CPU with AVX512_BF16, which the CPU backend checks.
     """
 
     AUTO = "auto"
     F16 = "f16"
     F32 = "f32"
     INT8 = "int8"
+    BF16 = "bf16"
 
     @classmethod
     def parse(cls, value: Union[str, "Precision", None]) -> "Precision":
@@ -89,13 +91,13 @@ class Precision(str, enum.Enum):
             return cls.AUTO
         key = str(value).strip().lower()
         aliases = {"fp16": "f16", "float16": "f16", "half": "f16", "fp32": "f32",
-                   "float32": "f32", "i8": "int8"}
+                   "float32": "f32", "i8": "int8", "bfloat16": "bf16"}
         key = aliases.get(key, key)
         try:
             return cls(key)
         except ValueError:
-            raise BadOption("precision %r is not one kime knows; use 'auto', 'f16' (GPU), 'f32' "
-                            "or 'int8' (CPU)" % (value,)) from None
+            raise BadOption("precision %r is not one kime knows; use 'auto', 'f16' (GPU), 'f32', "
+                            "'int8' (CPU) or 'bf16' (CPU with AVX512_BF16)" % (value,)) from None
 
     def on(self, device: Device) -> "Precision":
         """The precision this one means on a resolved device (`auto` becomes concrete); refuses
@@ -103,14 +105,14 @@ class Precision(str, enum.Enum):
         if device.is_auto:
             raise ValueError("resolve the device before the precision")
         if device.kind == "cuda":
-            if self is Precision.INT8:
-                raise Unsupported("precision='int8' runs on the CPU only; on device=%r use 'f16' "
-                                  "(the default on a GPU) or 'f32'" % str(device))
+            if self in (Precision.INT8, Precision.BF16):
+                raise Unsupported("precision=%r runs on the CPU only; on device=%r use 'f16' "
+                                  "(the default on a GPU) or 'f32'" % (self.value, str(device)))
             return Precision.F16 if self is Precision.AUTO else self
         if self is Precision.F16:
             raise Unsupported("precision='f16' runs on a GPU only: the CPU has no FP16 kernels "
                               "and would compute in FP32; use 'f32' (what 'auto' picks on the "
-                              "CPU) or 'int8'")
+                              "CPU), 'int8' or 'bf16'")
         return Precision.F32 if self is Precision.AUTO else self
 
     def __str__(self) -> str:

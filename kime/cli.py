@@ -2,7 +2,7 @@
 
 Errors are one line on stderr without a traceback (`--verbose` shows it), and the exit code
 says what went wrong: 2 for a bad request or arguments, 3 for a model that is not found or does
-not load, 4 for a device or feature this machine cannot run, 5 for an INT8 gate that fails,
+not load, 4 for a device or feature this machine cannot run, 5 for a precision gate that fails,
 1 for anything else.
 """
 from __future__ import annotations
@@ -190,11 +190,14 @@ def _doctor_report() -> dict:
     }
     cpu: dict = {"threads": cpu_count(), "kime_isa_env": os.environ.get("KIME_ISA")}
     try:
-        from ._cpu import _forward, _ops, _qgemm
+        from ._cpu import _bgemm, _forward, _ops, _qgemm
+        from ._cpu.backend import bf16_missing
 
         cpu["isa"] = _forward.isa_name(_forward.isa_detect())
         cpu["int8_kernels"] = _qgemm.impl_name()
         cpu["kime_qgemm_env"] = os.environ.get("KIME_QGEMM")
+        cpu["bf16_missing"] = bf16_missing()
+        cpu["bf16_kernels"] = _bgemm.KERNELS if cpu["bf16_missing"] is None else None
         cpu["openmp"] = bool(_ops.has_openmp())
     except Exception as e:  # a broken build is what doctor is for: report it, don't die
         cpu["isa"] = None
@@ -252,8 +255,11 @@ def _doctor(args: argparse.Namespace) -> int:
     int8 = cpu.get("int8_kernels") or "unavailable"
     if cpu.get("kime_qgemm_env"):
         int8 += " (capped by KIME_QGEMM=%s)" % cpu["kime_qgemm_env"]
+    bf16 = cpu.get("bf16_kernels") or "unavailable (%s)" % (cpu.get("bf16_missing")
+                                                           or cpu.get("error"))
     lines += [("cpu isa / kernels", isa),
               ("int8 kernels", int8),
+              ("bf16 kernels", bf16),
               ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
               ("threads (threads=0)", cpu["threads"]),
               ("cpu backend", cpu["backend"])]
@@ -344,7 +350,8 @@ def _gate(args: argparse.Namespace) -> int:
     requests = load_requests(args.requests) if args.requests else None
     progress = None if args.json else (lambda msg: print("kime gate: " + msg, file=sys.stderr))
     report = gate(args.model, requests, threads=args.threads, threshold=args.threshold,
-                  limit=args.limit, progress=progress, source=args.requests)
+                  limit=args.limit, progress=progress, source=args.requests,
+                  precision=args.precision)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -396,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(required without --batch)")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     d.add_argument("--precision", default="auto", help="auto (default: f16 on a GPU, f32 on the "
-                   "CPU), f16, f32 or int8")
+                   "CPU), f16, f32, int8 or bf16 (CPU with AVX512_BF16)")
     d.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     d.add_argument("--max-len", type=int, default=None, help="override the checkpoint's max_len")
     d.add_argument("--head-max-len", type=int, default=None, help="override head_max_len")
@@ -445,8 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="alias, hf://org/repo[/sub], org/repo or a checkpoint directory")
     c.add_argument("--device", default="cpu", help="cpu (default) or auto")
     c.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
-    c.add_argument("--precision", default="auto", help="auto (default: f32 on the CPU), f32 or "
-                   "int8: which packed weights to build")
+    c.add_argument("--precision", default="auto", help="auto (default: f32 on the CPU), f32, "
+                   "int8 or bf16: which packed weights to build")
     c.set_defaults(run=_convert)
 
     s = sub.add_parser("serve", help="serve laya-serve's HTTP API (needs kime[serve])",
@@ -459,12 +466,13 @@ def build_parser() -> argparse.ArgumentParser:
                        "KIME_* / LAYA_* environment > --config TOML file > defaults.")
     _serve_arguments(s)
 
-    g = sub.add_parser("gate", help="compare INT8 with FP32 on a request set; pass or fail",
-                       description="Run a request set through the model in FP32 and in INT8 on "
-                       "the CPU and report the argmax agreement per question type, the largest "
-                       "and mean probability differences and, for labelled requests, accuracy "
-                       "and ECE under each precision. Exit 0 when every question type agrees "
-                       "at the threshold or better, 5 when not.")
+    g = sub.add_parser("gate", help="compare INT8 or BF16 with FP32 on a request set; pass or "
+                       "fail", description="Run a request set through the model in FP32 and in "
+                       "INT8 (or BF16: --precision bf16) on the CPU and report the argmax "
+                       "agreement per question type, the largest and mean probability "
+                       "differences and, for labelled requests, accuracy and ECE under each "
+                       "precision. Exit 0 when every question type agrees at the threshold or "
+                       "better, 5 when not.")
     g.add_argument("model", help="alias, hf://org/repo[/sub], org/repo or a checkpoint directory")
     g.add_argument("--requests", default=None, help="JSON list or JSON lines of {state, "
                    "questions[, labels]} (default: a built-in varied set of 200 requests)")
@@ -472,16 +480,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--threshold", type=float, default=0.995, help="argmax agreement needed per "
                    "question type (default 0.995)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
+    g.add_argument("--precision", default="int8", choices=["int8", "bf16"], help="the precision "
+                   "compared with FP32 (default int8; bf16 needs AVX512_BF16)")
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     g.set_defaults(run=_gate)
 
     b = sub.add_parser("bench", help="run the benchmarks in a source checkout's bench/ folder",
                        description="Run `python -m bench` (end to end, beside Laya when it is "
-                       "importable), or `--what gemm|attention|qgemm|load|reference`; every "
+                       "importable), or `--what gemm|attention|qgemm|bgemm|load|reference`; every "
                        "other argument goes to that bench. The benches live in the source tree, "
                        "not in the installed package.", add_help=True)
-    b.add_argument("--what", default="", choices=["", "gemm", "attention", "qgemm", "load",
-                                                   "reference"], help="which bench (default: "
+    b.add_argument("--what", default="", choices=["", "gemm", "attention", "qgemm", "bgemm",
+                                                   "load", "reference"],
+                   help="which bench (default: "
                    "end to end)")
     b.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the bench")
     b.set_defaults(run=_bench)

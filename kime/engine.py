@@ -49,7 +49,8 @@ class Kime:
     `hf://org/repo[/subfolder]` reference, a Hub repo id or a checkpoint directory; names are
     looked up offline in the Hugging Face cache. `device` is `auto` (a GPU when one runs here,
     else the CPU), `cpu` or `cuda[:N]`. `precision` is `auto` (FP16 on a GPU, FP32 on the CPU),
-    `f16` (GPU only), `f32` or `int8` (CPU only). `threads=0` uses every core.
+    `f16` (GPU only), `f32`, `int8` or `bf16` (CPU only; bf16 needs AVX512_BF16). `threads=0`
+    uses every core.
 
     `answer_cache` bounds the rows whose raw outputs are kept (keyed by the row's token ids,
     markers and question type, so a hit is exactly what a forward pass would give) and

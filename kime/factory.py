@@ -34,18 +34,23 @@ def check_options(device: Union[str, Device, None], precision: Union[str, Precis
     if dev.is_auto:
         dev = resolve_auto(prec)
     if dev.kind == "cuda":
-        prec = prec.on(dev)  # refuses int8 before CuPy is asked anything
+        prec = prec.on(dev)  # refuses int8 and bf16 before CuPy is asked anything
         from ._cuda.device import open_cupy
 
         open_cupy(dev.ordinal)
         return Target(dev, prec)
-    return Target(dev, prec.on(dev))
+    prec = prec.on(dev)
+    if prec is Precision.BF16:
+        from ._cpu.backend import check_bf16
+
+        check_bf16()
+    return Target(dev, prec)
 
 
 def resolve_auto(precision: Precision) -> Device:
     """`auto`: GPU 0 when CuPy imports and a GPU answers (and the precision runs on one), else
     the CPU. The backend's `describe()` says which was picked."""
-    if precision is Precision.INT8:
+    if precision in (Precision.INT8, Precision.BF16):
         return Device("cpu")
     from ._cuda.device import probe
 
@@ -58,7 +63,7 @@ def open_backend(ck: Checkpoint, device: Union[str, Device, None] = None,
     """The backend for a device and precision.
 
     On a GPU that is the CuPy backend (`f16` by default, or `f32`). On the CPU it is the compiled
-    backend (`f32` by default, or `int8`); `KIME_CPU_BACKEND=reference` picks the NumPy
+    backend (`f32` by default, `int8`, or `bf16`); `KIME_CPU_BACKEND=reference` picks the NumPy
     reference instead (slow; the oracle the tests compare against).
     """
     target = check_options(device, precision, threads)

@@ -1,7 +1,8 @@
-"""The INT8 gate: does `precision="int8"` give this checkpoint's FP32 answers?
+"""The precision gate: does `precision="int8"` (or `"bf16"`) give this checkpoint's FP32 answers?
 
-`gate(model)` runs one request set through the model twice, in FP32 and in INT8, and compares
-the answers question by question: how often the argmax agrees (per question type and overall),
+`gate(model)` runs one request set through the model twice, in FP32 and in the candidate
+precision (INT8 by default, or BF16 on a CPU with AVX512_BF16), and compares the answers
+question by question: how often the argmax agrees (per question type and overall),
 how far the probabilities move (largest and mean absolute difference over every option), and,
 for requests that carry labels, the accuracy and the expected calibration error under each
 precision. It passes when the argmax agrees on at least `threshold` (99.5% by default) of the
@@ -30,6 +31,8 @@ from .render import Question
 from .request import check_questions, raise_if
 
 THRESHOLD = 0.995
+PRECISIONS = ("int8", "bf16")
+"""The CPU precisions the gate compares with FP32."""
 TIE_MARGIN = 0.01
 """FP32 top-1 minus top-2 probability below which a flipped argmax is a near-tie."""
 ECE_BINS = 10
@@ -71,7 +74,7 @@ class Disagreement:
     question: str
     qtype: str
     f32: str
-    int8: str
+    other: str  # the candidate precision's argmax; the report names it after the precision
     f32_margin: float  # FP32's top-1 minus top-2 probability
     prob_diff: float
 
@@ -89,6 +92,9 @@ class GateReport:
     seconds: Dict[str, float]
     devices: Dict[str, str]
     source: str = "built-in"
+    precision: str = "int8"
+    """The precision compared with FP32; `seconds`, `devices` and the calibration are keyed by
+    `f32` and by it."""
 
     @property
     def questions(self) -> int:
@@ -114,14 +120,16 @@ class GateReport:
 
     def to_dict(self) -> Dict[str, Any]:
         out: Dict[str, Any] = {
-            "model": self.model, "source": self.source, "requests": self.requests,
+            "model": self.model, "source": self.source, "precision": self.precision,
+            "requests": self.requests,
             "questions": self.questions, "threshold": self.threshold, "passed": self.passed,
             "agreement": self.agreement, "max_prob_diff": self.max_prob_diff,
             "mean_prob_diff": self.mean_prob_diff,
             "by_type": {t: dict(asdict(s), agreement=s.agreement, mean_prob_diff=s.mean_prob_diff)
                         for t, s in self.by_type.items()},
             "calibration": asdict(self.calibration) if self.calibration else None,
-            "disagreements": [asdict(d) for d in self.disagreements],
+            "disagreements": [{self.precision if k == "other" else k: v
+                               for k, v in asdict(d).items()} for d in self.disagreements],
             "seconds": self.seconds, "devices": self.devices,
         }
         return out
@@ -130,7 +138,8 @@ class GateReport:
         lines = ["kime gate: %s, %d requests (%s), %d questions" % (
             self.model, self.requests, self.source, self.questions),
             "  f32:  %s, %.1f s" % (self.devices["f32"], self.seconds["f32"]),
-            "  int8: %s, %.1f s" % (self.devices["int8"], self.seconds["int8"]),
+            "  %-5s %s, %.1f s" % (self.precision + ":", self.devices[self.precision],
+                                   self.seconds[self.precision]),
             "",
             "  %-7s %9s %10s %10s %12s %12s" % ("type", "questions", "agreement", "near-ties",
                                                  "max |dp|", "mean |dp|")]
@@ -146,13 +155,14 @@ class GateReport:
         if self.calibration is not None:
             c = self.calibration
             lines += ["", "  %d labelled questions:   accuracy   ECE" % c.labelled]
-            for p in ("f32", "int8"):
+            for p in ("f32", self.precision):
                 lines.append("    %-20s %8.2f%% %6.4f" % (p, 100 * c.accuracy[p], c.ece[p]))
         if self.disagreements:
             lines += ["", "  disagreements (near-ties are FP32 margins under %g):" % TIE_MARGIN]
             for d in self.disagreements[:10]:
-                lines.append("    request %d %r (%s): f32 %r, int8 %r, f32 margin %.4f" % (
-                    d.request, d.question, d.qtype, d.f32, d.int8, d.f32_margin))
+                lines.append("    request %d %r (%s): f32 %r, %s %r, f32 margin %.4f" % (
+                    d.request, d.question, d.qtype, d.f32, self.precision, d.other,
+                    d.f32_margin))
             if len(self.disagreements) > 10:
                 lines.append("    ... and %d more" % (len(self.disagreements) - 10))
         if self.passed:
@@ -326,16 +336,17 @@ def _option_name(answer: Any, i: int) -> str:
 
 
 def compare(requests: Sequence[Mapping[str, Any]], f32: Sequence[Any],
-            int8: Sequence[Any]) -> Dict[str, Any]:
-    """The per-question comparison of two lists of `Response`s for the same requests. Raises
-    `InvalidRequest` listing every label that names no option."""
+            other: Sequence[Any], precision: str = "int8") -> Dict[str, Any]:
+    """The per-question comparison of two lists of `Response`s for the same requests: FP32's,
+    and `other` in `precision` (which keys its calibration). Raises `InvalidRequest` listing
+    every label that names no option."""
     raise_if(check_labels(requests))
     by_type = {t: TypeStats() for t in TYPES}
     disagreements: List[Disagreement] = []
-    conf: Dict[str, List[float]] = {"f32": [], "int8": []}
-    right: Dict[str, List[bool]] = {"f32": [], "int8": []}
+    conf: Dict[str, List[float]] = {"f32": [], precision: []}
+    right: Dict[str, List[bool]] = {"f32": [], precision: []}
     labelled = 0
-    for i, (req, a, b) in enumerate(zip(requests, f32, int8)):
+    for i, (req, a, b) in enumerate(zip(requests, f32, other)):
         labels = req.get("labels") or {}
         for qid, fa in a.answers.items():
             ib = b.answers[qid]
@@ -358,7 +369,7 @@ def compare(requests: Sequence[Mapping[str, Any]], f32: Sequence[Any],
             if qid in labels:
                 want = _label_index(fa.question, labels[qid])
                 labelled += 1
-                for name, p, top_i in (("f32", pa, ta), ("int8", pb, tb)):
+                for name, p, top_i in (("f32", pa, ta), (precision, pb, tb)):
                     conf[name].append(float(p.max()))
                     right[name].append(top_i == want)
     calibration = None
@@ -374,15 +385,23 @@ def compare(requests: Sequence[Mapping[str, Any]], f32: Sequence[Any],
 def gate(model: str, requests: Optional[Sequence[Mapping[str, Any]]] = None, *,
          threads: int = 0, threshold: float = THRESHOLD, limit: Optional[int] = None,
          progress: Optional[Callable[[str], None]] = None,
-         source: Optional[str] = None) -> GateReport:
-    """Run `requests` (the built-in set when None) through `model` in FP32 and in INT8 on the
-    CPU and compare the answers. `source` names the set in the report. Raises `InvalidRequest`
-    (every problem, by request index) when a request or label is invalid, before any forward
-    pass runs."""
+         source: Optional[str] = None, precision: str = "int8") -> GateReport:
+    """Run `requests` (the built-in set when None) through `model` in FP32 and in `precision`
+    (`int8`, or `bf16` where the CPU has AVX512_BF16) on the CPU and compare the answers.
+    `source` names the set in the report. Raises `InvalidRequest` (every problem, by request
+    index) when a request or label is invalid, before any forward pass runs; `Unsupported` when
+    this CPU cannot run `precision`."""
+    from .backend import Precision
     from .engine import Kime
+    from .factory import check_options
 
     if not (isinstance(threshold, (int, float)) and 0.0 < threshold <= 1.0):
         raise BadOption("threshold must be in (0, 1], got %r" % (threshold,))
+    candidate = Precision.parse(precision).value
+    if candidate not in PRECISIONS:
+        raise BadOption("the gate compares FP32 with %s, not %r" % (" or ".join(PRECISIONS),
+                                                                    precision))
+    check_options("cpu", candidate, threads)  # a CPU without BF16 is refused before any pass
     source = source or ("built-in" if requests is None else "given")
     if limit is not None and limit < 1:
         raise BadOption("limit must be a positive number of requests, got %r" % (limit,))
@@ -396,17 +415,17 @@ def gate(model: str, requests: Optional[Sequence[Mapping[str, Any]]] = None, *,
     results: Dict[str, List[Any]] = {}
     seconds: Dict[str, float] = {}
     devices: Dict[str, str] = {}
-    for precision in ("f32", "int8"):
-        with Kime(model, device="cpu", precision=precision, threads=threads, answer_cache=0) as eng:
+    for name in ("f32", candidate):
+        with Kime(model, device="cpu", precision=name, threads=threads, answer_cache=0) as eng:
             if progress:
-                progress("running %d requests in %s on %s" % (len(reqs), precision, eng.device))
+                progress("running %d requests in %s on %s" % (len(reqs), name, eng.device))
             t0 = time.perf_counter()
-            results[precision] = eng.decide_batch(plain, cache=False)
-            seconds[precision] = time.perf_counter() - t0
-            devices[precision] = eng.device
-    cmp = compare(reqs, results["f32"], results["int8"])
+            results[name] = eng.decide_batch(plain, cache=False)
+            seconds[name] = time.perf_counter() - t0
+            devices[name] = eng.device
+    cmp = compare(reqs, results["f32"], results[candidate], candidate)
     return GateReport(model=str(model), requests=len(reqs), threshold=float(threshold),
                       by_type=cmp["by_type"], calibration=cmp["calibration"],
                       disagreements=cmp["disagreements"], seconds=seconds, devices=devices,
-                      source=source)
+                      source=source, precision=candidate)
 

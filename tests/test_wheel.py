@@ -81,7 +81,7 @@ def test_installed_files_are_exactly_the_runtime():
     assert suffixes <= {".py", ".pyi", ".so", ".cu", ".typed", ".pyc"}, sorted(suffixes)
     for needed in ("kime/py.typed", "kime/_cuda/kernels.cu", "kime/_corpus.py"):
         assert needed in files
-    for module in ("_attention", "_forward", "_gemm", "_ops", "_qgemm"):
+    for module in ("_attention", "_bgemm", "_forward", "_gemm", "_ops", "_qgemm"):
         assert "kime/_cpu/%s.pyi" % module in files
         assert any(f.startswith("kime/_cpu/%s.cpython-" % module) for f in package)
     assert any(f.startswith("kime.libs/libgomp") for f in files), "no bundled OpenMP runtime"

@@ -25,6 +25,10 @@ cdef extern from "kernels.h":
 cdef extern from "qgemm.h":
     size_t kime_qgemm_scratch_bytes(int isa, int K, int nthreads) nogil
 
+cdef extern from "bgemm.h":
+    const char *kime_bgemm_missing(int isa) nogil
+    size_t kime_bgemm_scratch_bytes(int K, int nthreads) nogil
+
 cdef extern from "kernels.h":
     size_t kime_gemm_packed_floats(int isa, int N, int K, int geglu) nogil
 
@@ -46,7 +50,7 @@ cdef extern from "forward.h":
         const float *down_b
         int is_global
     ctypedef struct kime_model:
-        int isa, int8, qisa, d, vocab, layers, heads, inter, half_window
+        int isa, int8, qisa, bf16, d, vocab, layers, heads, inter, half_window
         float norm_eps
         const uint16_t *tok_emb
         const float *emb_norm_w
@@ -87,6 +91,7 @@ cdef extern from "forward.h":
         float *gemm_scratch
         float *attn_scratch
         void *qgemm_scratch
+        void *bgemm_scratch
     int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
                      const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
                      const int32_t *qtype, float *logits, float *act, int nthreads) nogil
@@ -120,12 +125,12 @@ cdef const float *_f32(dict arrays, str name) except? NULL:
     return <const float *> cnp.PyArray_DATA(arr)
 
 
-cdef const float *_weight(dict arrays, str name, bint int8) except? NULL:
-    """A GEMM weight: packed FP32 panels, or qgemm's packed bytes when the model is INT8."""
+cdef const float *_weight(dict arrays, str name, object want) except? NULL:
+    """A GEMM weight: packed FP32 panels, qgemm's packed bytes (uint8) when the model is INT8,
+    or bgemm's packed bfloat16 (uint16) when it is BF16; `want` is that dtype."""
     arr = arrays.get(name)
     if arr is None:
         return NULL
-    want = np.uint8 if int8 else np.float32
     if arr.dtype != want or not arr.flags.c_contiguous:
         raise ValueError("weight %s must be C-contiguous %s" % (name, np.dtype(want).name))
     return <const float *> cnp.PyArray_DATA(arr)
@@ -136,6 +141,7 @@ cdef class Model:
 
     cdef kime_model m
     cdef dict arrays
+    cdef object weight_dtype
     cdef readonly int d, n_act, threads, max_pos
 
     def __init__(self, dict arrays, dict spec, int isa, int threads):
@@ -149,6 +155,14 @@ cdef class Model:
         m.isa = isa
         m.int8 = int(spec.get("int8", 0))
         m.qisa = int(spec.get("qisa", isa))
+        m.bf16 = int(spec.get("bf16", 0))
+        if m.int8 and m.bf16:
+            raise ValueError("a model's GEMM weights are INT8 or BF16, not both")
+        if m.bf16 and kime_bgemm_missing(isa) != NULL:
+            # The kernels would stop the process on an illegal instruction.
+            raise ValueError("the BF16 GEMM does not run at isa %d (missing: %s)"
+                             % (isa, kime_bgemm_missing(isa).decode()))
+        self.weight_dtype = np.uint8 if m.int8 else np.uint16 if m.bf16 else np.float32
         m.d = self.d = spec["d"]
         m.vocab = spec["vocab"]
         m.layers = spec["layers"]
@@ -194,15 +208,15 @@ cdef class Model:
         a = self.arrays
         L.norm_w = _f32(a, p + "norm.w")
         L.norm_b = _f32(a, p + "norm.b")
-        L.qkv = _weight(a, p + "qkv", self.m.int8)
+        L.qkv = _weight(a, p + "qkv", self.weight_dtype)
         L.qkv_b = _f32(a, p + "qkv.b")
-        L.out = _weight(a, p + "out", self.m.int8)
+        L.out = _weight(a, p + "out", self.weight_dtype)
         L.out_b = _f32(a, p + "out.b")
         L.norm2_w = _f32(a, p + "norm2.w")
         L.norm2_b = _f32(a, p + "norm2.b")
-        L.up = _weight(a, p + "up", self.m.int8)
+        L.up = _weight(a, p + "up", self.weight_dtype)
         L.up_b = _f32(a, p + "up.b")
-        L.down = _weight(a, p + "down", self.m.int8)
+        L.down = _weight(a, p + "down", self.weight_dtype)
         L.down_b = _f32(a, p + "down.b")
         L.is_global = 1
 
@@ -247,9 +261,12 @@ cdef class Arena:
             "act_h": max_tokens * ACT_HIDDEN,
             "gemm_scratch": gemm_scratch,
             "attn_scratch": kime_attention_scratch_floats(hd, threads),
-            # qgemm's scratch in bytes, as floats; none for an FP32 model.
+            # qgemm's and bgemm's scratch in bytes, as floats; one float when the model has
+            # no such GEMMs.
             "qgemm_scratch": (max(kime_qgemm_scratch_bytes(spec.get("qisa", isa), k, threads)
                                   for k in (d, inter, 4 * d)) + 3) // 4 if spec.get("int8") else 1,
+            "bgemm_scratch": (max(kime_bgemm_scratch_bytes(k, threads)
+                                  for k in (d, inter, 4 * d)) + 3) // 4 if spec.get("bf16") else 1,
         }
         self.buffers = []
         self.nbytes = 0
@@ -277,6 +294,7 @@ cdef class Arena:
         self.a.gemm_scratch = <float *> cnp.PyArray_DATA(ptrs["gemm_scratch"])
         self.a.attn_scratch = <float *> cnp.PyArray_DATA(ptrs["attn_scratch"])
         self.a.qgemm_scratch = <void *> cnp.PyArray_DATA(ptrs["qgemm_scratch"])
+        self.a.bgemm_scratch = <void *> cnp.PyArray_DATA(ptrs["bgemm_scratch"])
 
 
 cdef int _check_threads(int threads) except -1:

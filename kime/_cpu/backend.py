@@ -11,6 +11,7 @@ weights and plans are dropped and a run raises `BackendError`, never touches fre
 """
 from __future__ import annotations
 
+import os
 import types
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
@@ -27,6 +28,31 @@ if TYPE_CHECKING:
     from .reference import ReferenceModel
 
 CPU = Device("cpu")
+
+
+def bf16_missing() -> Optional[str]:
+    """Why `precision="bf16"` cannot run here, in words, or None when it can: the CPU lacks
+    AVX512_BF16, KIME_ISA caps kime below AVX-512, or kime was built without the kernels."""
+    from . import _bgemm
+
+    why = _bgemm.missing()
+    if why is None:
+        return None
+    if why == "isa":
+        return ("this CPU has AVX512_BF16, but KIME_ISA=%s caps kime's kernels below AVX-512"
+                % os.environ.get("KIME_ISA", ""))
+    if why == "build":
+        return ("this kime was built by a compiler without AVX512_BF16 kernels (GCC 10 and "
+                "clang 9 and later have them)")
+    return ("this CPU lacks AVX512_BF16 (AVX-512 bfloat16 dot products: AMD Zen 4 and later, "
+            "Intel Cooper Lake and Sapphire Rapids and later)")
+
+
+def check_bf16() -> None:
+    """Refuse `precision="bf16"` where its kernels cannot run, naming what is missing."""
+    why = bf16_missing()
+    if why is not None:
+        raise Unsupported("precision='bf16' cannot run here: %s; use 'f32' or 'int8'" % why)
 
 
 def _closed(what: str) -> BackendError:
@@ -70,8 +96,9 @@ class Plan:
 
 
 class CpuBackend:
-    """The compiled CPU forward pass in `precision` F32 (the default) or INT8 (INT8 GEMMs in the
-    encoder and decision head; FP32 attention, norms, scorer and act head).
+    """The compiled CPU forward pass in `precision` F32 (the default), INT8 or BF16 (INT8 or BF16
+    GEMMs in the encoder and decision head; FP32 attention, norms, scorer and act head). BF16
+    needs AVX512_BF16 (`check_bf16`).
 
     `use_cache=False` packs the weights in memory without reading or writing the on-disk cache.
     """
@@ -81,11 +108,14 @@ class CpuBackend:
                  use_cache: bool = True):
         from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
-        from . import _forward, _gemm, _qgemm
+        from . import _bgemm, _forward, _gemm, _qgemm
         from .weights import load_packed
 
         self.device = CPU
         self.precision = Precision.parse(precision).on(CPU)  # refuses f16: no FP16 kernels
+        bf16 = self.precision is Precision.BF16
+        if bf16:
+            check_bf16()
         self.threads = threads
         self.max_batch_tokens = BUCKETS[-1]
         if ck.graph.act.hidden.n_out != _forward.ACT_HIDDEN:
@@ -97,10 +127,12 @@ class CpuBackend:
         # The INT8 kernel set is chosen once, here: the packed weights, the scratch and every
         # call then agree even if KIME_QGEMM changes while the model is loaded.
         qisa = _qgemm.pin(self._isa) if self.precision is Precision.INT8 else None
-        self.kernels = self._isa_name if qisa is None else _qgemm.impl_name(qisa)
-        self.spec = CpuSpec.of(ck.graph, qisa)
+        self.kernels = (_bgemm.KERNELS if bf16 else self._isa_name if qisa is None
+                        else _qgemm.impl_name(qisa))
+        self.spec = CpuSpec.of(ck.graph, qisa, bf16)
         packed = load_packed(ck, self._isa, self._isa_name, _gemm.pack, use_cache=use_cache,
-                             qpack=None if qisa is None else _qgemm.pack, qisa=qisa)
+                             qpack=None if qisa is None else _qgemm.pack, qisa=qisa,
+                             bpack=_bgemm.pack if bf16 else None)
         self.weights_from = packed.how
         self.weights_file: Optional[str] = packed.path
         self._arrays: Optional[Dict[str, np.ndarray]] = packed.arrays
@@ -139,9 +171,9 @@ class CpuBackend:
         return Memory(weights=weights, plans=sum(p.nbytes for p in self._plans.values()))
 
     def describe(self) -> str:
-        if self.precision is Precision.INT8:
-            return "cpu (%s INT8 GEMMs, FP32 attention and heads, %d threads)" % (
-                self.kernels, self.threads)
+        if self.precision in (Precision.INT8, Precision.BF16):
+            return "cpu (%s %s GEMMs, FP32 attention and heads, %d threads)" % (
+                self.kernels, self.precision.value.upper(), self.threads)
         return "cpu (%s FP32 kernels, %d threads)" % (self.kernels, self.threads)
 
     def close(self) -> None:

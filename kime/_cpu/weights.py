@@ -1,9 +1,10 @@
 """A checkpoint's weights in the CPU backend's layout, converted once and cached on disk.
 
-The blob holds every GEMM weight packed for the micro-kernels of one ISA, the vectors in FP32,
-the token embedding as FP16 bits (widened per gathered token, halving its memory) and the RoPE
-tables. It is written to `<cache>/kime/packed/` keyed by a fingerprint of the checkpoint, the
-kime version, the ISA (for INT8 also the qgemm kernel set) and the layout version, and later
+The blob holds every GEMM weight packed for the micro-kernels of one ISA (the encoder's and
+decision head's in FP32, INT8 or BF16), the vectors in FP32, the token embedding as FP16 bits
+(widened per gathered token, halving its memory) and the RoPE tables. It is written to
+`<cache>/kime/packed/` keyed by a fingerprint of the checkpoint, the kime version, the ISA, the
+precision (for INT8 also the qgemm kernel set) and the layout version, and later
 loads map it from the file instead of repacking. A cache file is trusted only when its header,
 size and sampled checksum all match; anything else is rebuilt (written to a temporary file and
 renamed, so a crash never leaves a half-written cache behind).
@@ -13,6 +14,7 @@ graph (`kime.graph`); the entry names are the fields of the C model (`csrc/forwa
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -43,7 +45,8 @@ class CpuSpec:
     """The sizes the compiled forward pass (`_forward.Model`, `_forward.Arena`) is built for.
 
     `qisa` is the INT8 kernel set the GEMM weights are packed for (`_qgemm.pin`), fixed at load
-    so the packed bytes, the scratch and every call agree; None for an FP32 model.
+    so the packed bytes, the scratch and every call agree; None unless the model is INT8. `bf16`:
+    the GEMM weights are packed bfloat16 (`_bgemm.pack`).
     """
 
     d: int
@@ -59,27 +62,33 @@ class CpuSpec:
     n_act: int
     global_layers: Tuple[bool, ...]
     qisa: Optional[int] = None
+    bf16: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bf16 and self.qisa is not None:
+            raise ValueError("a model's GEMM weights are INT8 or BF16, not both")
 
     @property
     def int8(self) -> bool:
         return self.qisa is not None
 
     @classmethod
-    def of(cls, graph: Graph, qisa: Optional[int] = None) -> "CpuSpec":
+    def of(cls, graph: Graph, qisa: Optional[int] = None, bf16: bool = False) -> "CpuSpec":
         spec = graph.spec
         return cls(d=spec.hidden, vocab=spec.vocab, layers=len(graph.layers), heads=spec.heads,
                    inter=spec.intermediate, half_window=spec.half_window,
                    norm_eps=spec.norm_eps, max_pos=graph.max_positions,
                    head_layers=len(graph.head), head_heads=graph.head_heads, n_act=graph.n_act,
-                   global_layers=tuple(b.attention.is_global for b in graph.layers), qisa=qisa)
+                   global_layers=tuple(b.attention.is_global for b in graph.layers), qisa=qisa,
+                   bf16=bf16)
 
     def as_dict(self) -> Dict[str, object]:
         """The spec as the Cython boundary reads it."""
         out: Dict[str, object] = {
-            "int8": int(self.int8), "d": self.d, "vocab": self.vocab, "layers": self.layers,
-            "heads": self.heads, "inter": self.inter, "half_window": self.half_window,
-            "norm_eps": self.norm_eps, "max_pos": self.max_pos, "head_layers": self.head_layers,
-            "head_heads": self.head_heads, "n_act": self.n_act,
+            "int8": int(self.int8), "bf16": int(self.bf16), "d": self.d, "vocab": self.vocab,
+            "layers": self.layers, "heads": self.heads, "inter": self.inter,
+            "half_window": self.half_window, "norm_eps": self.norm_eps, "max_pos": self.max_pos,
+            "head_layers": self.head_layers, "head_heads": self.head_heads, "n_act": self.n_act,
             "global_layers": [int(g) for g in self.global_layers],
         }
         if self.qisa is not None:
@@ -118,10 +127,11 @@ def fingerprint(path: str) -> str:
 
 
 def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
-             qpack: Optional[Callable[..., np.ndarray]] = None) -> Entries:
+             block_pack: Optional[Callable[..., np.ndarray]] = None) -> Entries:
     """(name, producer) for every array of the blob, producers called one at a time so the
-    FP32 copies of the whole checkpoint never sit in memory together. With `qpack`, the encoder
-    and decision-head GEMM weights are packed as INT8; the scorer and act head stay FP32.
+    FP32 copies of the whole checkpoint never sit in memory together. With `block_pack`, the
+    encoder and decision-head GEMM weights are packed by it (INT8 or BF16); the scorer and act
+    head stay FP32.
 
     Entry names are the C model's fields (`forward.h`): `enc.{i}.` and `head.{j}.` followed by a
     block's slot (kime.graph.Block), `.w`/`.b` for a norm's weight and bias, `.b` for a bias."""
@@ -145,7 +155,7 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
             if isinstance(part, Norm):
                 norm(prefix + slot, part)
             else:
-                matrix(prefix + slot, part, qpack or pack)
+                matrix(prefix + slot, part, block_pack or pack)
 
     def rope(name: str, theta: float, which: int) -> None:
         out.append((name, lambda: rope_half_tables(graph.max_positions, graph.spec.head_dim,
@@ -271,26 +281,33 @@ class Packed:
 def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.ndarray],
                 use_cache: bool = True,
                 qpack: Optional[Callable[..., np.ndarray]] = None,
-                qisa: Optional[int] = None) -> Packed:
+                qisa: Optional[int] = None,
+                bpack: Optional[Callable[..., np.ndarray]] = None) -> Packed:
     """The blob for `ck` on `isa`, mapped from the cache or packed now (and cached). With
     `qpack` the GEMM weights are INT8, packed for `qisa`: the isa with its qgemm kernel set
-    pinned (`_qgemm.pin`), which names the cache file too."""
+    pinned (`_qgemm.pin`), which names the cache file too. With `bpack` (`_bgemm.pack`) they
+    are BF16, cached under their own key, beside the FP32 and INT8 blobs."""
     qimpl = None
+    block_pack: Optional[Callable[..., np.ndarray]] = None
+    if qpack is not None and bpack is not None:
+        raise ValueError("the GEMM weights are packed as INT8 or as BF16, not both")
     if qpack is not None:
         from . import _qgemm
 
         if qisa is None:
             raise ValueError("INT8 weights are packed for a pinned qgemm kernel set (qisa)")
         qimpl = _qgemm.impl_name(qisa)
-    key = _key(ck, isa_name, "int8" if qpack is not None else "f32", qimpl)
+        block_pack = functools.partial(qpack, isa=qisa)
+    elif bpack is not None:
+        block_pack = bpack
+    precision = "int8" if qpack is not None else "bf16" if bpack is not None else "f32"
+    key = _key(ck, isa_name, precision, qimpl)
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
         arrays = _read(path, key)
         if arrays is not None:
             return Packed(arrays, "cache", path)
-    entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu),
-                       None if qpack is None else
-                       lambda w, geglu=False: qpack(w, isa=qisa, geglu=geglu))
+    entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu), block_pack)
     if use_cache:
         try:
             _write(path, key, entries)

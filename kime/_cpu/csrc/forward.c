@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "bgemm.h"
 #include "forward.h"
 #include "kernels.h"
 #include "qgemm.h"
@@ -96,12 +97,15 @@ static void embed(const kime_model *m, const int32_t *ids, int n, float *x, floa
     (void)nthreads;
 }
 
-/* An encoder or decision-head linear layer: INT8 when the model is, FP32 otherwise. */
+/* An encoder or decision-head linear layer: INT8 or BF16 when the model is, FP32 otherwise. */
 static void linear(const kime_model *m, const kime_arena *a, const float *A, int lda, int M, int K,
                    int N, const float *W, const float *bias, int epi, float *C, int ldc,
                    int nthreads) {
     if (m->int8)
         kime_qgemm(m->qisa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->qgemm_scratch,
+                   nthreads);
+    else if (m->bf16)
+        kime_bgemm(A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->bgemm_scratch,
                    nthreads);
     else
         kime_gemm(m->isa, A, lda, M, K, N, W, bias, epi, C, ldc, a->gemm_scratch, nthreads);

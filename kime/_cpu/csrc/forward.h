@@ -15,7 +15,7 @@
 
 typedef struct {
     const float *norm_w, *norm_b; /* pre-norm (NULL norm_w: identity, layer 0 of the encoder) */
-    const float *qkv, *qkv_b;     /* packed [3d, d] (with int8: qgemm's packed bytes) */
+    const float *qkv, *qkv_b;     /* packed [3d, d] (int8: qgemm's bytes; bf16: bgemm's) */
     const float *out, *out_b;     /* packed [d, d] */
     const float *norm2_w, *norm2_b;
     const float *up, *up_b;       /* encoder: packed GEGLU Wi [2I, d]; head: linear1 [4d, d] */
@@ -27,6 +27,7 @@ typedef struct {
     int isa;
     int int8; /* encoder and decision-head weights are INT8 (qgemm.h); scorer and act head FP32 */
     int qisa; /* what the INT8 GEMMs are called with: the isa with its qgemm impl pinned */
+    int bf16; /* encoder and decision-head weights are BF16 (bgemm.h); scorer and act head FP32 */
     int d, vocab, layers, heads, inter, half_window;
     float norm_eps;
     const uint16_t *tok_emb;      /* [vocab, d] FP16 bits: gathered and widened per token */
@@ -50,6 +51,7 @@ typedef struct {
     float *act_in, *act_h;             /* [R,d+4] [R,256] */
     float *gemm_scratch, *attn_scratch;
     void *qgemm_scratch;               /* NULL unless the model is int8 */
+    void *bgemm_scratch;               /* unused unless the model is bf16 */
 } kime_arena;
 
 /* Runs the batch; returns 0, or a negative code when the batch does not fit the arena or holds

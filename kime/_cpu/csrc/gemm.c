@@ -34,15 +34,12 @@
 #include <immintrin.h>
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define T256 __attribute__((target("avx2,fma")))
+#include "vgelu.h"
 #endif
 
 #define MAX_TILE (14 * 32) /* floats of the largest MR x NR register tile, a multiple of 16 */
 
-typedef struct {
-    const float *bias, *gbias; /* gbias: the GEGLU gate half's bias (bias + N/2) */
-    float *C;
-    int ldc, epi;
-} epilogue;
+#include "epilogue512.h"
 
 typedef struct {
     int mr, nr;
@@ -91,12 +88,10 @@ static void store_portable(const float *acc, int m, int n0, int nv, const epilog
 }
 
 #ifdef KIME_X86
-#include "vgelu.h"
-
 /* ---- AVX-512: 14 x 32 tiles (28 accumulators, 2 B vectors, A broadcast from memory) ------- */
 
 #define AMR 14
-#define ANR 32
+#define ANR STORE512_NR
 
 T512 static inline __attribute__((always_inline)) void
 kernel512_m(const int m, int K, const float *a, const float *b, float *acc)
@@ -128,36 +123,6 @@ T512 static void kernel512(int m, int K, const float *a, const float *b, float *
         CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
         CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14)
 #undef CASE
-    }
-}
-
-T512 static void store512(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
-{
-    if (e->epi == KIME_EPI_GEGLU) {
-        __mmask16 k = nv >= 16 ? 0xffff : (__mmask16)((1u << nv) - 1);
-        __m512 ba = e->bias ? _mm512_maskz_loadu_ps(k, e->bias + n0) : _mm512_setzero_ps();
-        __m512 bg = e->gbias ? _mm512_maskz_loadu_ps(k, e->gbias + n0) : _mm512_setzero_ps();
-        for (int i = 0; i < m; i++, acc += ANR, C += e->ldc) {
-            __m512 x = _mm512_add_ps(_mm512_load_ps(acc), ba);
-            __m512 g = _mm512_add_ps(_mm512_load_ps(acc + 16), bg);
-            _mm512_mask_storeu_ps(C + n0, k, _mm512_mul_ps(gelu16(x), g));
-        }
-        return;
-    }
-    for (int v = 0; v < ANR / 16 && 16 * v < nv; v++) {
-        int left = nv - 16 * v, j0 = n0 + 16 * v;
-        __mmask16 k = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-        __m512 bias = e->bias ? _mm512_maskz_loadu_ps(k, e->bias + j0) : _mm512_setzero_ps();
-        float *c = C + j0;
-        for (int i = 0; i < m; i++, c += e->ldc) {
-            __m512 x = _mm512_add_ps(_mm512_load_ps(acc + i * ANR + 16 * v), bias);
-            switch (e->epi) {
-            case KIME_EPI_ACCUM: x = _mm512_add_ps(_mm512_maskz_loadu_ps(k, c), x); break;
-            case KIME_EPI_GELU: x = gelu16(x); break;
-            case KIME_EPI_RELU: x = _mm512_max_ps(_mm512_setzero_ps(), x); break; /* NaN stays */
-            }
-            _mm512_mask_storeu_ps(c, k, x);
-        }
     }
 }
 

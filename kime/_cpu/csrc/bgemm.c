@@ -1,0 +1,312 @@
+/* BF16 GEMM with FP32 accumulation (bgemm.h).
+ *
+ * Layout. W is rounded to bfloat16 and packed in panels of NR = 32 columns of C, as the FP32
+ * GEMM's panels (the GEGLU pairing included), but with two k per 32-bit lane: panel p holds
+ * K2 = ceil(K/2) groups, and group g is NR words, word j holding W[row_j, 2g] in its low half and
+ * W[row_j, 2g + 1] in its high half, zero-padded past K and N. That is the operand vdpbf16ps
+ * takes: per 32-bit lane, acc += a_lo * b_lo + a_hi * b_hi. Each thread rounds and packs its A
+ * rows MR at a time as K2 groups of MR words, the same pairs, zero-padded past M and K.
+ *
+ * Kernel. 14 x 32 tiles, as the FP32 and VNNI kernels: 28 zmm accumulators, 2 B vectors and a
+ * broadcast A pair per row. Per instruction it does twice the FP32 kernel's multiply-adds, and
+ * per k it reads half the B bytes. The tile's FP32 sums go through the FP32 GEMM's store
+ * (epilogue512.h), so the epilogues are the FP32 ones.
+ *
+ * Blocking and threads follow gemm.c: a thread owns a range of rows (or, for short batches, of
+ * output panels), packs an A block of about A_BYTES, and runs each panel down the block, so a
+ * panel is fetched once per block and each A sliver is reused by every panel. K is never split.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "bgemm.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* The avx512bf16 target and its intrinsics arrived in GCC 10 and clang 9; older compilers build
+ * the rest, and kime_bgemm_missing answers "build". */
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && \
+    (defined(__clang__) ? __clang_major__ >= 9 : __GNUC__ >= 10)
+#define KB_BF16 1
+#include <cpuid.h>
+#include <immintrin.h>
+#define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
+#define T256 __attribute__((target("avx2,fma")))
+#define TB512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
+#include "vgelu.h"
+#endif
+
+#include "epilogue512.h"
+
+#define BMR 14
+#define BNR 32
+#define BMAX_TILE (BMR * BNR)  /* floats of the register tile */
+#define A_BYTES (384 << 10)    /* a thread's packed A block: a third of a Zen 4 or 5 core's L2 */
+
+#ifdef KB_BF16
+_Static_assert(BNR == STORE512_NR, "the BF16 tile is stored by the FP32 GEMM's AVX-512 store");
+#endif
+
+/* ---- the CPU ---------------------------------------------------------------------------------- */
+
+/* 1 when the CPU and its OS run AVX-512 (F, BW, VL) with AVX512_BF16; cached. */
+static int cpu_bf16(void)
+{
+    static volatile int cached = -1; /* racing first calls all store the same value */
+    int has = cached;
+    if (has >= 0)
+        return has;
+    has = 0;
+#ifdef KB_BF16
+    unsigned eax, ebx, ecx, edx;
+    __builtin_cpu_init(); /* libgcc's checks include the OS's XSAVE support for zmm state */
+    /* AVX512_BF16 is cpuid leaf 7 subleaf 1, EAX bit 5, asked directly: older libgccs don't
+     * know its name. */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) &&
+        (eax >> 5 & 1))
+        has = 1;
+#endif
+    cached = has;
+    return has;
+}
+
+const char *kime_bgemm_missing(int isa)
+{
+#ifdef KB_BF16
+    if (!cpu_bf16())
+        return "avx512_bf16";
+    return isa >= KIME_ISA_AVX512 ? NULL : "isa";
+#else
+    (void)isa;
+    (void)cpu_bf16;
+    return "build";
+#endif
+}
+
+/* ---- packing W -------------------------------------------------------------------------------- */
+
+/* float32 -> bfloat16 bits as vcvtne2ps2bf16: nearest even, NaN quietened, denormals to zero. */
+static uint16_t round_bf16(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)(u >> 16 | 0x0040u);
+    if (!(u & 0x7f800000u))
+        u &= 0x80000000u;
+    u += 0x7fffu + (u >> 16 & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static size_t k2_of(int K) { return (size_t)((K > 0 ? K : 0) + 1) / 2; }
+
+static size_t bpanels(int N, int geglu)
+{
+    int width = geglu ? BNR / 2 : BNR, outputs = geglu ? N / 2 : N;
+    return (size_t)((outputs + width - 1) / width);
+}
+
+size_t kime_bgemm_packed_bytes(int N, int K, int geglu)
+{
+    return bpanels(N, geglu) * k2_of(K) * BNR * sizeof(uint32_t);
+}
+
+void kime_bgemm_pack(const float *W, int N, int K, int geglu, void *packed)
+{
+    const int half = BNR / 2, I = N / 2;
+    const size_t P = bpanels(N, geglu), K2 = k2_of(K);
+    uint16_t *out = (uint16_t *)packed;
+    for (size_t p = 0; p < P; p++)
+        for (int j = 0; j < BNR; j++) {
+            /* the row of W feeding lane j of panel p, or -1 for zero padding (as gemm.c) */
+            long row = geglu ? (long)p * half + (j % half) : (long)p * BNR + j;
+            if (geglu)
+                row = row < I ? row + (j < half ? 0 : I) : -1;
+            else if (row >= N)
+                row = -1;
+            uint16_t *dst = out + (p * K2 * BNR + (size_t)j) * 2;
+            for (size_t g = 0; g < K2; g++)
+                for (int u = 0; u < 2; u++) {
+                    const size_t k = 2 * g + (size_t)u;
+                    dst[g * BNR * 2 + (size_t)u] =
+                        row < 0 || k >= (size_t)K ? 0 : round_bf16(W[(size_t)row * K + k]);
+                }
+        }
+}
+
+/* ---- scratch ---------------------------------------------------------------------------------- */
+
+/* Rows of A a thread packs at once: a multiple of MR whose block fills about A_BYTES. */
+static int bblock_rows(int K)
+{
+    size_t k2 = k2_of(K) > 0 ? k2_of(K) : 1;
+    size_t tiles = A_BYTES / ((size_t)BMR * k2 * sizeof(uint32_t));
+    return BMR * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
+}
+
+/* One row rounded to bf16, in whole 64-byte conversions (32 floats each). */
+static size_t row_bytes(int K) { return (k2_of(K) * sizeof(uint32_t) + 63) & ~(size_t)63; }
+
+/* A thread's share: the register tile's spill, one rounded row, then its A block; every part a
+ * multiple of 64 bytes, so every share stays 64-B aligned. */
+static size_t bthread_bytes(int K)
+{
+    size_t block = (size_t)bblock_rows(K) * k2_of(K) * sizeof(uint32_t);
+    return BMAX_TILE * sizeof(float) + row_bytes(K) + ((block + 63) & ~(size_t)63);
+}
+
+size_t kime_bgemm_scratch_bytes(int K, int nthreads)
+{
+    return bthread_bytes(K) * (size_t)(nthreads > 1 ? nthreads : 1) + 64;
+}
+
+#ifdef KB_BF16
+/* ---- AVX512_BF16 kernel ------------------------------------------------------------------------ */
+
+/* Round rows [0, m) of A to bf16 pairs in a tile sliver (K2 groups of MR words); rows past m and
+ * the odd K's last high half are zero. */
+TB512 static void pack_a(const float *A, int lda, int m, int K, uint32_t *row, uint32_t *dst)
+{
+    const size_t K2 = k2_of(K);
+    for (int i = 0; i < BMR; i++) {
+        if (i >= m) {
+            for (size_t g = 0; g < K2; g++)
+                dst[g * BMR + (size_t)i] = 0;
+            continue;
+        }
+        const float *x = A + (size_t)i * lda;
+        for (int k = 0; k < K; k += 32) {
+            const int left = K - k;
+            const __mmask16 lo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
+            const __mmask16 hi = left >= 32 ? 0xffff
+                                 : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+            const __m512 a = _mm512_maskz_loadu_ps(lo, x + k);
+            const __m512 b = _mm512_maskz_loadu_ps(hi, x + k + 16);
+            _mm512_store_si512(row + k / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+        }
+        for (size_t g = 0; g < K2; g++)
+            dst[g * BMR + (size_t)i] = row[g];
+    }
+}
+
+TB512 static inline __attribute__((always_inline)) void
+kernel_m(const int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
+{
+    __m512 c0[BMR], c1[BMR];
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++)
+        c0[i] = c1[i] = _mm512_setzero_ps();
+    for (int g = 0; g < K2; g++, a += BMR, b += BNR) {
+        const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
+        const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < m; i++) {
+            const __m512bh ai = (__m512bh)_mm512_set1_epi32((int)a[i]);
+            c0[i] = _mm512_dpbf16_ps(c0[i], ai, b0);
+            c1[i] = _mm512_dpbf16_ps(c1[i], ai, b1);
+        }
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < m; i++) {
+        _mm512_store_ps(acc + i * BNR, c0[i]);
+        _mm512_store_ps(acc + i * BNR + 16, c1[i]);
+    }
+}
+
+TB512 static void kernel(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
+{
+    switch (m) { /* one register allocation per row count */
+#define CASE(M) case M: kernel_m(M, K2, a, b, acc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
+        CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14)
+#undef CASE
+    }
+}
+
+/* ---- driver ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    const float *A;
+    const uint32_t *panels;
+    int lda, M, K, outputs, width, npanels;
+    epilogue e;
+    char *scratch;
+} bjob;
+
+/* Row r_t of an even split of M rows over nt threads, rounded to a whole tile. */
+static int split_rows(int M, int t, int nt)
+{
+    if (t >= nt)
+        return M;
+    long r = ((long)M * t / nt + BMR / 2) / BMR * BMR;
+    return r < M ? (int)r : M;
+}
+
+static void run(const bjob *j, int t, int nt)
+{
+    const int K = j->K, mc = bblock_rows(K);
+    const size_t K2 = k2_of(K);
+    int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
+    /* Enough tiles: split rows, so each thread packs less A. Fewer (a short request) split the
+     * panels instead: each thread then streams half the weights. */
+    if ((j->M + BMR - 1) / BMR >= 16 * nt) {
+        r0 = split_rows(j->M, t, nt);
+        r1 = split_rows(j->M, t + 1, nt);
+    } else {
+        p0 = (int)((long)j->npanels * t / nt);
+        p1 = (int)((long)j->npanels * (t + 1) / nt);
+    }
+    if (p0 >= p1)
+        return;
+    char *base = j->scratch + (size_t)t * bthread_bytes(K);
+    float *acc = (float *)base;
+    uint32_t *row = (uint32_t *)(base + BMAX_TILE * sizeof(float));
+    uint32_t *ap = (uint32_t *)((char *)row + row_bytes(K));
+    for (int m0 = r0; m0 < r1; m0 += mc) {
+        const int mb = r1 - m0 < mc ? r1 - m0 : mc;
+        for (int i = 0; i < mb; i += BMR)
+            pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < BMR ? mb - i : BMR, K, row,
+                   ap + (size_t)i * K2);
+        for (int p = p0; p < p1; p++) {
+            const uint32_t *b = j->panels + (size_t)p * K2 * BNR;
+            const int n0 = p * j->width;
+            const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
+            for (int i = 0; i < mb; i += BMR) {
+                const int m = mb - i < BMR ? mb - i : BMR;
+                kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
+                store512(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
+            }
+        }
+    }
+}
+#endif /* KB_BF16 */
+
+void kime_bgemm(const float *A, int lda, int M, int K, int N, const void *packed,
+                const float *bias, int epilogue_kind, float *C, int ldc, void *scratch,
+                int nthreads)
+{
+#ifdef KB_BF16
+    if (M <= 0 || N <= 0 || K < 0)
+        return;
+    const int geglu = epilogue_kind == KIME_EPI_GEGLU;
+    bjob j = {A, (const uint32_t *)packed, lda, M, K, geglu ? N / 2 : N, geglu ? BNR / 2 : BNR,
+              (int)bpanels(N, geglu),
+              {bias, geglu && bias ? bias + N / 2 : NULL, C, ldc, epilogue_kind},
+              (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
+#ifdef _OPENMP
+    if (nthreads > 1) {
+#pragma omp parallel num_threads(nthreads)
+        run(&j, omp_get_thread_num(), omp_get_num_threads());
+        return;
+    }
+#endif
+    run(&j, 0, 1);
+#else
+    (void)A, (void)lda, (void)M, (void)K, (void)N, (void)packed, (void)bias;
+    (void)epilogue_kind, (void)C, (void)ldc, (void)scratch;
+#endif
+    (void)nthreads;
+}
