@@ -447,47 +447,6 @@ def test_both_post_routes_share_the_pipeline(app_client):
     assert s1 == s2 == 200 and batch["results"] == [single]
 
 
-def _open_post(port: int, body: bytes, send: int) -> socket.socket:
-    """A POST whose headers promise `body` but which sends only its first `send` bytes."""
-    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
-    sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: "
-                 b"application/json\r\nauthorization: Bearer " + KEYS[0].encode()
-                 + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:send])
-    return sock
-
-
-def test_busy_503_counts_every_request_in_flight(tmp_path):
-    """`max_queue` bounds requests in flight from admission on, bodies still arriving included:
-    with two slow bodies holding both slots a third request is refused (503, Retry-After) and
-    `/ready` says busy; once they are answered (each still gets its answer) slots are free."""
-    srv = Server(tmp_path, "--max-queue", "2", "--body-read-timeout", "60")
-    held = []
-    try:
-        body = json.dumps({"state": "held", "questions": QUESTIONS}).encode()
-        held = [_open_post(srv.port, body, 10) for _ in range(2)]
-        _deadline("both slow bodies to be admitted",
-                  lambda: json.loads(srv.get("/ready")[1]).get("in_flight") == 2)
-        status, refused, headers = srv.post("/v1/systemone", {"state": "x", "questions": QUESTIONS})
-        assert (status, refused) == (503, {"detail": "server busy, try again later"})
-        assert headers["retry-after"] == "1"
-        status, ready, _ = srv.get("/ready")
-        assert status == 503 and json.loads(ready)["status"] == "busy"
-        assert srv.metric("kime_rejected_busy_total") == 1
-        for sock in held:
-            sock.sendall(body[10:])
-        for sock in held:
-            reply = b""
-            while b"\r\n\r\n" not in reply:
-                reply += sock.recv(65536)
-            assert reply.startswith(b"HTTP/1.1 200")
-        _deadline("the slots to free", lambda: srv.get("/ready")[0] == 200)
-        assert srv.post("/v1/systemone", {"state": "x", "questions": QUESTIONS})[0] == 200
-    finally:
-        for sock in held:
-            sock.close()
-        srv.stop()
-
-
 def _refused(port: int) -> bool:
     try:
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
