@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import warnings
@@ -24,6 +23,7 @@ import kime
 from kime import cli
 from kime.decide_batch import answer_lines
 from kime.laya.router import Router
+from .hub_cache import bundle_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDENS = ROOT / "tests" / "goldens"
@@ -108,20 +108,6 @@ def test_decide_batch_one_model(capsys, tmp_path, questions_file, tiny_agent):
     assert errors[8]["message"] == "task chooses a checkpoint: run with --model auto"
 
 
-def _hub_cache(root: Path) -> Path:
-    """A real Hugging Face cache holding the bundle repo at one commit (english and
-    typed-decisions: tiny; multilingual: multilingual-tiny)."""
-    repo = root / "models--convaiinnovations--laya"
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    snapshot = repo / "snapshots" / commit
-    shutil.copytree(TINY, snapshot)
-    shutil.copytree(ML, snapshot / "multilingual")
-    shutil.copytree(TINY, snapshot / "typed-decisions")
-    return root
-
-
 def _kime(args: List[str], cache: Path, stdin: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KIME_", "LAYA_"))}
     env.update(HF_HUB_CACHE=str(cache), HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
@@ -153,7 +139,7 @@ def _same_answer(got: Dict[str, Any], want: Dict[str, Any]) -> None:
 def test_decide_model_auto_routes(tmp_path, questions_file, local_router):
     """`--model auto` runs Laya's Router over Laya's checkpoints (here from the cache), with the
     routing flags; one state, and a JSONL batch read from stdin."""
-    cache = _hub_cache(tmp_path / "hub")
+    cache = bundle_cache(tmp_path / "hub")
     base = ["decide", "--model", "auto", "--device", "cpu", "--threads", "1",
             "-q", questions_file, "--compact"]
     proc = _kime(base + ["--state", ENGLISH, "--lang", "de", "--min-confidence", "0.9"], cache)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import pytest
+
+from .hub_cache import bundle_cache
 
 try:
     import fastapi  # noqa: F401
@@ -306,26 +307,13 @@ def test_health_models_and_metrics_by_model(three):
 
 # --- memory bound, idle unload, Laya's defaults --------------------------------------------------
 
-def _hub_cache(root: Path) -> Path:
-    """A real Hugging Face cache holding the bundle repo (root, multilingual/, typed-decisions/)
-    at one commit, made of the test checkpoints: Laya's default registry, offline."""
-    repo = root / "models--convaiinnovations--laya"
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    snapshot = repo / "snapshots" / commit
-    shutil.copytree(TINY, snapshot)
-    shutil.copytree(ML, snapshot / "multilingual")
-    shutil.copytree(TINY, snapshot / "typed-decisions")
-    return root
-
 
 def test_lru_swaps_under_concurrent_load_without_failing(tmp_path, local_router):
     """Laya's three checkpoints from the Hub cache, as a bare `kime serve` runs them, with
     `--max-loaded 1`: alternating languages swap the one resident checkpoint under concurrent
     load. No request fails, every answer is its checkpoint's, and no more than one checkpoint
     is ever resident."""
-    env = {"HF_HUB_CACHE": str(_hub_cache(tmp_path / "hub")), "HF_HUB_OFFLINE": "1"}
+    env = {"HF_HUB_CACHE": str(bundle_cache(tmp_path / "hub")), "HF_HUB_OFFLINE": "1"}
     srv = Serve(tmp_path, "--max-loaded", "1", "--preload-models", "english", env=env)
     seen: List[List[str]] = []
     done = threading.Event()
