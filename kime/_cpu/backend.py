@@ -2,7 +2,8 @@
 
 `CpuBackend` runs the compiled forward pass (`_forward`, over the C kernels in `csrc/`): weights
 packed once for the CPU's ISA and cached on disk, one plan per bucket with its arena allocated
-once, OpenMP threads owned by the engine, and NumPy's BLAS held to one thread while a forward
+once, OpenMP threads owned by the engine and opened from process-wide master threads
+(`masters.py`), and NumPy's BLAS held to one thread while a forward
 pass runs so the two thread pools never fight over the cores. `ReferenceBackend` is the NumPy
 oracle (`reference.py`), selected with `KIME_CPU_BACKEND=reference`.
 
@@ -22,6 +23,7 @@ from ..batch import Batch, Outputs
 from ..buckets import BUCKETS, PRELOAD, pick_bucket
 from ..checkpoint import Checkpoint
 from ..errors import BackendError, Unsupported
+from .masters import run_forward
 from .weights import CpuSpec
 
 if TYPE_CHECKING:
@@ -164,7 +166,7 @@ class CpuBackend:
     def run(self, batch: Batch) -> Outputs:
         plan = self._plan(batch.tokens)
         with self._blas.limit(limits=1, user_api="blas"):
-            return plan.run(batch)
+            return run_forward(self.threads, plan.run, batch)
 
     def memory(self) -> Memory:
         weights = 0 if self._arrays is None else sum(int(a.nbytes) for a in self._arrays.values())
