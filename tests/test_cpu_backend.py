@@ -323,3 +323,25 @@ def test_int8_kernels_are_pinned_at_load(tmp_path, monkeypatch):
         assert after[qid].logits.tobytes() == before[qid].logits.tobytes()
     # Each kernel set has its own cache file.
     assert len(list(Path(packed.cache_dir()).glob("*-int8-*.kpack"))) == 2
+
+
+@pytest.mark.parametrize("precision", ["f32", "int8"])
+def test_last_head_layer_on_kept_rows_gives_the_full_layer_bits(precision):
+    """The decision head's last layer runs on each row's first token and markers only. A batch
+    whose kept rows would overflow its arena runs that layer on every token instead; both ways
+    must give the same bits (each row alone takes the short way)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ck = load_checkpoint(str(GOLDENS / DATA["checkpoints"]["tiny"]["path"]))
+    backend = CpuBackend(ck, 2, precision=precision, use_cache=False)
+    rng = np.random.default_rng(7)
+    rows = [rng.integers(5, 1000, size=128).tolist() for _ in range(2)]
+    marks = [list(range(128)), list(range(127, -1, -1))]  # 2 + 256 kept rows > the 256 bucket
+    both = backend.run(Batch.pack(rows, marks, [0, 2]))
+    both = (both.logits.copy(), both.act.copy())
+    assert backend.plans.keys() == {256}
+    for r in range(2):
+        alone = backend.run(Batch.pack([rows[r]], [marks[r]], [[0, 2][r]]))
+        np.testing.assert_array_equal(alone.logits, both[0][128 * r:128 * (r + 1)])
+        np.testing.assert_array_equal(alone.act, both[1][r:r + 1])
+    backend.close()

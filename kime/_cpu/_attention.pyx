@@ -17,6 +17,9 @@ cdef extern from "kernels.h" nogil:
     size_t kime_attention_scratch_floats(int hd, int nthreads)
     void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd,
                         int half_window, float *out, int ldo, float *scratch, int nthreads)
+    void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
+                             const int32_t *cu, int R, int H, int hd, float *out, int ldo,
+                             float *scratch, int nthreads)
 
 
 def isa() -> str:
@@ -72,4 +75,32 @@ def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int
     with nogil:
         kime_attention(&qkv[0, 0], &cu[0], R, H, hd, half_window, &o[0, 0], ldo, &scratch[0],
                        threads)
+    return out
+
+
+def attention_some(const float[:, ::1] q, const int32_t[::1] qcu, const float[:, ::1] qkv,
+                   const int32_t[::1] cu, int H, int hd, int threads=1):
+    """Full attention for chosen queries only -> out [len(q), H*hd]: row r's queries are
+    q[qcu[r]:qcu[r + 1]] ([*, H*hd], heads contiguous), its keys and values those of qkv's rows
+    cu[r]..cu[r + 1]. A query gets the bits `attention` gives the token it was copied from."""
+    _check(qkv, cu, H, hd, threads)
+    cdef Py_ssize_t r
+    cdef int R = cu.shape[0] - 1
+    if q.shape[1] != H * hd:
+        raise ValueError(f"q has {q.shape[1]} columns; H={H}, hd={hd} need {H * hd}")
+    if qcu.shape[0] != R + 1 or qcu[0] != 0 or qcu[R] != q.shape[0]:
+        raise ValueError(f"qcu must have {R + 1} entries running from 0 to {q.shape[0]}")
+    for r in range(R):
+        if qcu[r + 1] < qcu[r]:
+            raise ValueError(f"qcu must not decrease (qcu[{r}]={qcu[r]}, qcu[{r + 1}]={qcu[r + 1]})")
+        if qcu[r + 1] > qcu[r] and cu[r + 1] == cu[r]:
+            raise ValueError(f"row {r} has queries but no keys")
+    out = np.zeros((q.shape[0], H * hd), dtype=np.float32)
+    if q.shape[0] == 0:
+        return out
+    cdef float[:, ::1] o = out
+    cdef float[::1] scratch = np.empty(kime_attention_scratch_floats(hd, threads), dtype=np.float32)
+    with nogil:
+        kime_attention_some(&q[0, 0], H * hd, &qcu[0], &qkv[0, 0], &cu[0], R, H, hd, &o[0, 0],
+                            H * hd, &scratch[0], threads)
     return out

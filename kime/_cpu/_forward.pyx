@@ -88,6 +88,7 @@ cdef extern from "forward.h":
         float *m2
         float *act_in
         float *act_h
+        int32_t *qcu
         float *gemm_scratch
         float *attn_scratch
         void *qgemm_scratch
@@ -259,6 +260,7 @@ cdef class Arena:
             "attn": max_tokens * d, "ffn": max_tokens * ffn, "m": max_tokens * d,
             "m2": max_tokens * d, "act_in": max_tokens * (d + 4),
             "act_h": max_tokens * ACT_HIDDEN,
+            "qcu": max_tokens + 1,  # int32, as many bytes as floats
             "gemm_scratch": gemm_scratch,
             "attn_scratch": kime_attention_scratch_floats(hd, threads),
             # qgemm's and bgemm's scratch in bytes, as floats; one float when the model has
@@ -291,6 +293,7 @@ cdef class Arena:
         self.a.m2 = <float *> cnp.PyArray_DATA(ptrs["m2"])
         self.a.act_in = <float *> cnp.PyArray_DATA(ptrs["act_in"])
         self.a.act_h = <float *> cnp.PyArray_DATA(ptrs["act_h"])
+        self.a.qcu = <int32_t *> cnp.PyArray_DATA(ptrs["qcu"])
         self.a.gemm_scratch = <float *> cnp.PyArray_DATA(ptrs["gemm_scratch"])
         self.a.attn_scratch = <float *> cnp.PyArray_DATA(ptrs["attn_scratch"])
         self.a.qgemm_scratch = <void *> cnp.PyArray_DATA(ptrs["qgemm_scratch"])

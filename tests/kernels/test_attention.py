@@ -156,6 +156,40 @@ def test_attention_bits_independent_of_threads_and_batch(isa, half_window):
         np.testing.assert_array_equal(alone, one[a:b])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_some_gives_the_full_attention_bits(isa, seed):
+    """The decision head's last layer attends for a row's first token and markers only: each
+    chosen query must get exactly the bits the full attention gives its token, at any thread
+    count, a query taken twice or in any order included."""
+    rng = np.random.default_rng(100 + seed)
+    H, hd = int(rng.integers(1, 5)), int(rng.choice([16, 24, 64]))
+    lens = [int(n) for n in rng.integers(1, 200, size=int(rng.integers(1, 5)))]
+    cu = bounds(lens)
+    qkv = random_qkv(lens, H, hd, seed=seed)
+    full = _attention.attention(qkv, cu, H, hd, -1, threads=1)
+    picks = [cu[r] + rng.integers(0, n, size=int(rng.integers(1, 40))) for r, n in enumerate(lens)]
+    tokens = np.concatenate(picks)
+    qcu = bounds([len(p) for p in picks])
+    q = np.ascontiguousarray(qkv[tokens, :H * hd])
+    for threads in (1, 2, 3):
+        got = _attention.attention_some(q, qcu, qkv, cu, H, hd, threads=threads)
+        np.testing.assert_array_equal(got, full[tokens])
+    ref = attention_reference(qkv, cu, H, hd, -1)[tokens]
+    np.testing.assert_allclose(got, ref, **FP32.attention.kw)
+
+
+def test_attention_some_rejects_bad_offsets():
+    lens, H, hd = [5, 3], 2, 16
+    qkv = random_qkv(lens, H, hd, seed=0)
+    q = np.zeros((4, H * hd), np.float32)
+    with pytest.raises(ValueError, match="qcu must have 3 entries"):
+        _attention.attention_some(q, np.array([0, 4], np.int32), qkv, bounds(lens), H, hd)
+    with pytest.raises(ValueError, match="must not decrease"):
+        _attention.attention_some(q, np.array([0, 5, 4], np.int32), qkv, bounds(lens), H, hd)
+    with pytest.raises(ValueError, match="row 1 has queries but no keys"):
+        _attention.attention_some(q, np.array([0, 2, 4], np.int32), qkv[:5], bounds([5, 0]), H, hd)
+
+
 def test_rope_matches_reference():
     lens, H, hd = [1, 7, 129, 0, 33], 3, 24
     cu = bounds(lens)

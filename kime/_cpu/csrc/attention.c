@@ -313,21 +313,22 @@ static int64_t row_items(const int32_t *cu, int r, int H)
     return (int64_t)H * ((cu[r + 1] - cu[r] + QB - 1) / QB);
 }
 
-/* Queries [i0, i0 + QB) of head h of the row of n tokens starting at row[0]. */
-static void attend_block(tile_fn tile, softmax_fn softmax, const float *row, ptrdiff_t ld, int H,
-                         int hd, int n, int h, int i0, int w, float *out, int ldo, float *scr)
+/* Head h of qn <= QB queries (q: the first query's head-h columns, rows ldq apart; the first at
+ * position i0 of its row) against the row of n tokens whose keys and values start at kv[0];
+ * results go to out's rows, ldo apart, from the first query's. */
+static void attend_block(tile_fn tile, softmax_fn softmax, const float *q, ptrdiff_t ldq, int qn,
+                         const float *kv, ptrdiff_t ld, int H, int hd, int n, int h, int i0, int w,
+                         float *out, int ldo, float *scr)
 {
     float *qt = scr, *ot = qt + (size_t)hd * QB, *s = ot + (size_t)hd * QB;
     float *m = s + KB * QB, *l = m + QB, *alpha = l + QB;
-    const float *q = row + (ptrdiff_t)i0 * ld + (ptrdiff_t)h * hd;
-    const float *k = row + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
-    const int qn = n - i0 < QB ? n - i0 : QB;
+    const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
     if (w >= n - 1) /* a window covering the row is full attention, and needs no mask */
         w = -1;
     const float scale = LOG2E / sqrtf((float)hd);
     for (int i = 0; i < QB; i++) /* padded lanes score 0 and are never written out */
         for (int d = 0; d < hd; d++)
-            qt[d * QB + i] = i < qn ? q[i * ld + d] * scale : 0.0f;
+            qt[d * QB + i] = i < qn ? q[i * ldq + d] * scale : 0.0f;
     memset(ot, 0, (size_t)hd * QB * sizeof *ot);
     for (int i = 0; i < QB; i++)
         m[i] = -INFINITY, l[i] = 0.0f;
@@ -343,14 +344,18 @@ static void attend_block(tile_fn tile, softmax_fn softmax, const float *row, ptr
     }
     for (int i = 0; i < qn; i++) {
         const float inv = 1.0f / l[i];
-        float *o = out + (ptrdiff_t)(i0 + i) * ldo + (ptrdiff_t)h * hd;
+        float *o = out + (ptrdiff_t)i * ldo;
         for (int d = 0; d < hd; d++)
             o[d] = ot[d * QB + i] * inv;
     }
 }
 
-void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
-                    float *out, int ldo, float *scratch, int nthreads)
+/* Row r's queries are q's rows qcu[r]..qcu[r+1] (ldq apart), its keys and values qkv's rows
+ * cu[r]..cu[r+1]. With q == qkv and qcu == cu a query's position is its index in the row, which
+ * the window reads; otherwise half_window must be < 0. */
+static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const float *qkv,
+                        const int32_t *cu, int R, int H, int hd, int half_window, float *out,
+                        int ldo, float *scratch, int nthreads)
 {
     tile_fn tile = tile_c;
     softmax_fn softmax = softmax_c;
@@ -366,7 +371,7 @@ void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, i
     float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     int64_t total = 0;
     for (int r = 0; r < R; r++)
-        total += row_items(cu, r, H);
+        total += row_items(qcu, r, H);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
 #endif
@@ -381,14 +386,31 @@ void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, i
         for (int64_t it = 0; it < total; it++) {
             if (it < first)
                 r = 0, first = 0;
-            while (it >= first + row_items(cu, r, H))
-                first += row_items(cu, r++, H);
-            const int n = cu[r + 1] - cu[r], blocks = (n + QB - 1) / QB;
+            while (it >= first + row_items(qcu, r, H))
+                first += row_items(qcu, r++, H);
+            const int nq = qcu[r + 1] - qcu[r], blocks = (nq + QB - 1) / QB;
             const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
-            attend_block(tile, softmax, qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd, n, h, i0,
-                         half_window, out + (ptrdiff_t)cu[r] * ldo, ldo, scr);
+            const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
+            attend_block(tile, softmax, q + at * ldq + (ptrdiff_t)h * hd, ldq,
+                         nq - i0 < QB ? nq - i0 : QB, qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
+                         cu[r + 1] - cu[r], h, i0, half_window, out + at * ldo + (ptrdiff_t)h * hd,
+                         ldo, scr);
         }
     }
+}
+
+void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
+                    float *out, int ldo, float *scratch, int nthreads)
+{
+    attend_rows(qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, out, ldo, scratch,
+                nthreads);
+}
+
+void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
+                         const int32_t *cu, int R, int H, int hd, float *out, int ldo,
+                         float *scratch, int nthreads)
+{
+    attend_rows(q, ldq, qcu, qkv, cu, R, H, hd, -1, out, ldo, scratch, nthreads);
 }
 
 /* Rotate-half RoPE. Plain C: it is memory-bound and elementwise, and without FMA contraction

@@ -146,6 +146,38 @@ static void head_layer(const kime_model *m, const kime_arena *a, const kime_laye
     linear(m, a, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d, nthreads);
 }
 
+/* The decision head's last layer, for the tokens read after it only: each row's first token (the
+ * act head) and its markers (the scorer), copied in that order into xc's rows a->qcu[r].. (a row
+ * of k markers takes k + 1). Keys and values need every token, so the norm and the QKV GEMM run
+ * on all n; attention, the out projection and the feed-forward block run on those rows alone.
+ * Every op is per row (kime_attention_some gives a query the bits of the full attention), so each
+ * gets the bits of the full layer at about 4% less work on a base model. */
+static void head_layer_last(const kime_model *m, const kime_arena *a, const kime_layer *L,
+                            const int32_t *cu, int rows, int n, const int32_t *markers,
+                            const int32_t *mcu, float *xc, int nthreads) {
+    const int d = m->d;
+    const size_t row_bytes = (size_t)d * sizeof(float);
+    int32_t *qcu = a->qcu;
+    float *qc = a->ffn; /* the kept rows' queries: free until the feed-forward block */
+    kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
+    linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
+    for (int r = 0; r <= rows; r++)
+        qcu[r] = r + mcu[r];
+    for (int r = 0; r < rows; r++)
+        for (int c = qcu[r]; c < qcu[r + 1]; c++) {
+            int t = cu[r] + (c == qcu[r] ? 0 : markers[mcu[r] + c - qcu[r] - 1]);
+            memcpy(qc + (size_t)c * d, a->qkv + (size_t)t * 3 * d, row_bytes);
+            memcpy(xc + (size_t)c * d, a->x + (size_t)t * d, row_bytes);
+        }
+    const int nq = qcu[rows];
+    kime_attention_some(qc, d, qcu, a->qkv, cu, rows, m->head_heads, d / m->head_heads, a->attn,
+                        d, a->attn_scratch, nthreads);
+    linear(m, a, a->attn, d, nq, d, d, L->out, L->out_b, KIME_EPI_ACCUM, xc, d, nthreads);
+    kime_layer_norm(xc, a->h, nq, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
+    linear(m, a, a->h, d, nq, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
+    linear(m, a, a->ffn, 4 * d, nq, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, xc, d, nthreads);
+}
+
 void kime_act_features(const float *logits, int k, float *out) {
     float mx = k > 0 ? logits[0] : 0.f; /* a row without options reads no logit */
     for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
@@ -214,14 +246,31 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, c
             for (int i = 0; i < d; i++) row[i] += type[i];
         }
     }
-    for (int j = 0; j < m->head_layers; j++) head_layer(m, a, &m->head[j], cu, rows, n, nthreads);
+    /* After the head, the scorer and the act head read each row's markers and first token of
+     * the hidden state F: row r's first token is F's row first[r], its marker j (of mcu[r]..) the
+     * row first[r] + 1 + j - mcu[r] when the last layer kept only those rows, else cu[r] +
+     * markers[j]. A batch whose kept rows would not fit the arena (never one kime lays out)
+     * runs the last layer on every token. */
+    const float *F = a->x;
+    const int32_t *first = cu;
+    const int kept = m->head_layers > 0 && rows + n_markers <= a->max_tokens;
+    for (int j = 0; j < m->head_layers - kept; j++)
+        head_layer(m, a, &m->head[j], cu, rows, n, nthreads);
+    if (kept) {
+        head_layer_last(m, a, &m->head[m->head_layers - 1], cu, rows, n, markers, mcu, a->m2,
+                        nthreads);
+        F = a->m2;
+        first = a->qcu;
+    }
 
     /* Scorer: the hidden state at each marker -> LayerNorm -> Linear -> GELU -> one logit. */
     for (int r = 0; r < rows; r++)
-        for (int j = mcu[r]; j < mcu[r + 1]; j++)
-            memcpy(a->m + (size_t)j * d, a->x + (size_t)(cu[r] + markers[j]) * d, d * sizeof(float));
-    kime_layer_norm(a->m, a->m2, n_markers, d, m->sc_norm_w, m->sc_norm_b, HEAD_EPS, nthreads);
-    kime_gemm(m->isa, a->m2, d, n_markers, d, d, m->sc1, m->sc1_b, KIME_EPI_GELU, a->m, d,
+        for (int j = mcu[r]; j < mcu[r + 1]; j++) {
+            int t = kept ? first[r] + 1 + j - mcu[r] : cu[r] + markers[j];
+            memcpy(a->m + (size_t)j * d, F + (size_t)t * d, d * sizeof(float));
+        }
+    kime_layer_norm(a->m, a->h, n_markers, d, m->sc_norm_w, m->sc_norm_b, HEAD_EPS, nthreads);
+    kime_gemm(m->isa, a->h, d, n_markers, d, d, m->sc1, m->sc1_b, KIME_EPI_GELU, a->m, d,
               a->gemm_scratch, nthreads);
     for (int j = 0; j < n_markers; j++) {
         const float *row = a->m + (size_t)j * d;
@@ -230,7 +279,7 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, c
         logits[j] = s + m->sc3_b;
     }
 
-    kime_act_head(m->isa, a->x, cu, rows, d, logits, mcu, m->act0, m->act0_b, m->act2, m->act2_b,
+    kime_act_head(m->isa, F, first, rows, d, logits, mcu, m->act0, m->act0_b, m->act2, m->act2_b,
                   m->n_act, a->act_in, a->act_h, a->gemm_scratch, act, nthreads);
     return 0;
 }

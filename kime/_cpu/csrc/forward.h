@@ -49,6 +49,7 @@ typedef struct {
     float *x, *h, *qkv, *attn, *ffn;   /* [T,d] [T,d] [T,3d] [T,d] [T,max(I,4d)] */
     float *m, *m2;                     /* [M,d] [M,d] */
     float *act_in, *act_h;             /* [R,d+4] [R,256] */
+    int32_t *qcu;                      /* [R+1]: the decision head's last layer's row offsets */
     float *gemm_scratch, *attn_scratch;
     void *qgemm_scratch;               /* NULL unless the model is int8 */
     void *bgemm_scratch;               /* unused unless the model is bf16 */

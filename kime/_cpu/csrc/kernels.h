@@ -66,6 +66,14 @@ void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const
 size_t kime_attention_scratch_floats(int hd, int nthreads);
 void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
                     float *out, int ldo, float *scratch, int nthreads);
+/* Full attention for some of each row's queries only: row r's queries are q's rows
+ * qcu[r]..qcu[r+1] (row stride ldq, heads contiguous), its keys and values qkv's rows
+ * cu[r]..cu[r+1]; results go to out's rows qcu[r]..qcu[r+1]. A query's result is the same bits
+ * as the one kime_attention gives the token it was copied from (the decision head's last layer
+ * needs only the rows the scorer and act head read). */
+void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
+                         const int32_t *cu, int R, int H, int hd, float *out, int ldo,
+                         float *scratch, int nthreads);
 
 #ifdef __cplusplus
 }
