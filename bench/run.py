@@ -50,9 +50,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                     help="also time ONNX Runtime on the export quantized with onnxruntime's "
                          "quantize_dynamic: auto (when kime runs int8), on, off")
     ap.add_argument("--threads", type=int, default=0, help="kime threads; 0 = every core (default)")
-    ap.add_argument("--peers", choices=["auto", "none"], default="auto",
+    ap.add_argument("--peers", choices=["auto", "onnx", "none"], default="auto",
                     help="auto: run Laya's Agent and ONNXAgent when laya is importable here or "
-                         "with --peer-python; none: kime only")
+                         "with --peer-python; onnx: ONNXAgent only (torch still checks the "
+                         "export); none: kime only")
     ap.add_argument("--peer-python", help="interpreter of an environment with laya, torch and "
                                           "onnxruntime (default: see bench/peers.py)")
     ap.add_argument("--peer-threads", default=None,
@@ -494,7 +495,7 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     families = [e.key for e in engines]
     want_onnx_int8 = args.onnx_int8 == "on" or (args.onnx_int8 == "auto" and "int8" in args.precisions)
     report["peers"] = {"mode": args.peers}
-    if args.peers == "auto":
+    if args.peers != "none":
         peer_python, why = peerlib.find_peer_python(args.peer_python)
         report["peers"]["python"] = peer_python
         report["peers"]["found"] = why
@@ -520,9 +521,10 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             r = peer.call("load_torch", path=path)
             log("torch Agent loaded in %.2f s" % r["seconds"])
             report["peers"]["torch"] = {"load_s": r["seconds"], "dtype": r["dtype"]}
-            engines += [Engine("torch@%d" % t, "torch", t, peer_runner(peer, "torch", t))
-                        for t in threads]
-            families.append("torch")
+            if args.peers == "auto":
+                engines += [Engine("torch@%d" % t, "torch", t, peer_runner(peer, "torch", t))
+                            for t in threads]
+                families.append("torch")
             if vers.get("onnxruntime_import") or vers.get("onnx_agent"):
                 msg = ("onnx peer skipped: %s; install it with `%s -m pip install onnxruntime "
                        "onnx onnxscript`" % (vers.get("onnxruntime_import") or vers.get("onnx_agent"),
