@@ -76,7 +76,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     import warnings
 
     import kime
-    from .run import machine_info
+    from .machine import machine_info
     from .stats import compare_results, summarize
     from .workloads import (cached_checkpoint, exact_tokens_text, questions_w2, source_text,
                             tokenizer_encoder)

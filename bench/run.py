@@ -9,7 +9,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import peers as peerlib
+from .machine import blas_info, machine_info
 from .stats import compare_results, summarize, w1_agrees
 from .workloads import WORKLOAD_NAMES, Workload, build_workloads, cached_checkpoint
 
@@ -246,39 +246,6 @@ def startup_and_memory(args: argparse.Namespace, path: str, onnx_paths: Dict[str
 
 
 # --- the run -----------------------------------------------------------------------------------
-
-def machine_info() -> Dict[str, Any]:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 1
-    info: Dict[str, Any] = {"cpu": model, "cores": cores, "os": platform.platform(),
-                            "python": platform.python_version()}
-    try:
-        info["loadavg_start"] = list(os.getloadavg())
-    except OSError:
-        pass
-    return info
-
-
-def blas_info() -> List[Dict[str, Any]]:
-    try:
-        from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
-        return [{k: d.get(k) for k in ("user_api", "internal_api", "version", "num_threads",
-                                       "architecture")}
-                for d in threadpool_info()]
-    except Exception:
-        return []
-
 
 class CpuMonitor:
     """How many cores other processes kept busy while a workload ran: the machine's busy time

@@ -28,7 +28,7 @@ import time
 import warnings
 from typing import Dict, List, Optional, Sequence
 
-from bench.run import machine_info
+from bench.machine import machine_info
 from bench.workloads import cached_checkpoint
 
 QUESTIONS = {

@@ -38,7 +38,7 @@ import time
 from collections import Counter, defaultdict
 from typing import Any, Dict, List, Optional, Tuple
 
-from .run import machine_info
+from .machine import machine_info
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team should handle this?",

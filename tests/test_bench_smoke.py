@@ -82,6 +82,18 @@ def test_bench_runs_without_peers(bench_checkpoint: str, tmp_path: Path,
     assert "Startup in a new process" in text and "kime-int8 vs kime" in text
 
 
+def test_floor_runs(bench_checkpoint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import floor
+
+    assert floor.main(["--shape", "tiny", "--precision", "f32,int8", "--repeat", "2",
+                       "--cache-dir", str(Path(bench_checkpoint).parent)]) == 0
+    rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")]
+            for line in capsys.readouterr().out.splitlines() if line.count("|") == 5}
+    for prec in ("f32", "int8"):
+        w1, floor_ms, ratio = (float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3))
+        assert w1 > 0 and floor_ms > 0 and ratio == pytest.approx(w1 / floor_ms, rel=0.02)
+
+
 def test_stats_helpers() -> None:
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([1.0, 2.0], 95) == pytest.approx(1.95)

@@ -8,7 +8,6 @@ import json
 import os
 import stat
 import warnings
-from pathlib import Path
 
 import pytest
 

@@ -152,3 +152,28 @@ def test_wrong_dtype_or_layout_is_refused():
     strided = np.zeros((4, 8), dtype=np.float32)[:, ::2]
     with pytest.raises(ValueError):
         _forward.layer_norm(strided, weight, None, 1e-5, np.zeros((4, 4), np.float32))
+
+
+def test_every_isa_path_gives_the_same_bits(monkeypatch):
+    """The AVX-512 row repeats the baseline row's arithmetic lane for lane, so a model's norms
+    give the same bits whichever path this CPU takes (in place included)."""
+    cases = []
+    for i, (n, d) in enumerate(SHAPES + [(2, d) for d in range(1, 41)]):
+        x = random_rows((n, d), seed=300 + i, offset=[0.0, 2.0, 100.0][i % 3])
+        weight = random_rows((d,), seed=400 + i, scale=1.0)
+        bias = random_rows((d,), seed=500 + i, scale=1.0) if i % 2 else None
+        cases.append((x, weight, bias, EPS[i % len(EPS)]))
+    outs = {}
+    for isa in ("portable", "avx2", "avx512"):
+        monkeypatch.setenv("KIME_ISA", isa)
+        if _forward.isa_name(_forward.isa_detect()) != isa:
+            continue
+        got = [normed(x, w, b, eps) for x, w, b, eps in cases]
+        inplace = cases[8][0].copy()
+        _forward.layer_norm(inplace, cases[8][1], cases[8][2], cases[8][3], inplace)
+        outs[isa] = got + [inplace]
+    if len(outs) < 2:
+        pytest.skip("this CPU has only the portable path")
+    for isa, got in outs.items():
+        for k, (a, b) in enumerate(zip(got, outs["portable"])):
+            np.testing.assert_array_equal(a, b, err_msg=f"{isa}, case {k}")

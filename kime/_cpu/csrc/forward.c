@@ -8,6 +8,11 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define KIME_X86 1
+#include <immintrin.h>
+#endif
+
 #include "bgemm.h"
 #include "forward.h"
 #include "kernels.h"
@@ -72,12 +77,66 @@ static inline void norm_row(const float *x, float *y, int d, const float *w, con
     }
 }
 
+#ifdef KIME_X86
+/* norm_row in AVX-512, to the bit: the eight double partial sums are the eight lanes of one
+ * vector (lane k takes x[i + k], as part_s[k] does), and every other step is the same IEEE
+ * operation on the same values, in the same order. GCC would contract (v * w) + b into one FMA
+ * (a single rounding, other bits), so contraction is off here, as it is in the x86-64 baseline
+ * norm_row is built for; clang contracts only within one source expression, never across the
+ * intrinsics' calls. */
+#if defined(__clang__) || !defined(__GNUC__)
+#define NO_CONTRACT
+#else
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#endif
+__attribute__((target("avx512f"))) NO_CONTRACT static void
+norm_row512(const float *x, float *y, int d, const float *w, const float *b, float eps) {
+    __m512d acc = _mm512_setzero_pd();
+    int i = 0;
+    for (; i + NACC <= d; i += NACC) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
+    double part[NACC], sum = 0.0;
+    _mm512_storeu_pd(part, acc);
+    for (int k = 0; k < NACC; k++) sum += part[k];
+    for (int j = i; j < d; j++) sum += x[j];
+    const double mean = sum / d;
+    const __m512d vmean = _mm512_set1_pd(mean);
+    acc = _mm512_setzero_pd();
+    for (i = 0; i + NACC <= d; i += NACC) {
+        __m512d c = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), vmean);
+        acc = _mm512_add_pd(acc, _mm512_mul_pd(c, c));
+    }
+    double sq = 0.0;
+    _mm512_storeu_pd(part, acc);
+    for (int k = 0; k < NACC; k++) sq += part[k];
+    for (int j = i; j < d; j++) {
+        double c = x[j] - mean;
+        sq += c * c;
+    }
+    const double inv = 1.0 / sqrt(sq / d + (double)eps);
+    const __m512d vinv = _mm512_set1_pd(inv);
+    for (i = 0; i + NACC <= d; i += NACC) {
+        __m512d c = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), vmean), vinv);
+        __m256 v = _mm256_mul_ps(_mm512_cvtpd_ps(c), _mm256_loadu_ps(w + i));
+        if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < d; i++) {
+        float v = (float)((x[i] - mean) * inv) * w[i];
+        y[i] = b ? v + b[i] : v;
+    }
+}
+#endif
+
 void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
                      float eps, int nthreads) {
+    void (*row)(const float *, float *, int, const float *, const float *, float) = norm_row;
+#ifdef KIME_X86
+    if (kime_isa_detect() == KIME_ISA_AVX512) row = norm_row512;
+#endif
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)
 #endif
-    for (int t = 0; t < n; t++) norm_row(x + (size_t)t * d, y + (size_t)t * d, d, w, b, eps);
+    for (int t = 0; t < n; t++) row(x + (size_t)t * d, y + (size_t)t * d, d, w, b, eps);
     (void)nthreads;
 }
 

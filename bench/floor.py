@@ -1,0 +1,153 @@
+"""W1 against its GEMM floor: how close one short request comes to the time its GEMMs alone need.
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.floor --shape base
+    python -m bench.floor --shape large --precision f32,int8 --repeat 40
+
+For each precision, times kime's W1 (`predict` on one ~180-token row, the bench's workload) and,
+alone, every GEMM its forward pass runs, at the forward's M, K, N and epilogue (the decision
+head's last layer at its kept rows; the scorer and the act head in FP32 as the forward runs
+them), each the best of --repeat calls on warm weights: the micro-bench's best rate. The floor
+is the sum of those best times over the forward's GEMMs; W1 / floor is the issue's measure (1.25
+or less is the aim). What lies between the two is everything else: attention, norms, RoPE, the
+weights coming from DRAM rather than cache, the threads' barriers, tokenizing and Python.
+
+GEMMs run on the engine's own OpenMP master thread (`kime._cpu.masters`), so the bench does not
+open a second libgomp pool beside the forward pass's.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections import Counter
+from typing import Callable, Dict, List, Optional, Tuple
+
+for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they pin OpenBLAS to slower kernels
+    os.environ.pop(_var, None)
+
+import numpy as np  # noqa: E402
+
+from .machine import machine_info  # noqa: E402
+from .workloads import build_workloads, cached_checkpoint  # noqa: E402
+
+# (M, K, N, epilogue, precision of the kernel)
+Gemm = Tuple[int, int, int, str, str]
+
+
+def forward_gemms(spec, n: int, markers: int, precision: str) -> Counter:
+    """The GEMMs of a one-row forward pass of n tokens and `markers` options (forward.c)."""
+    d, inter, p = spec.d, spec.inter, precision
+    calls: Counter = Counter()
+    for _ in range(spec.layers):
+        calls[(n, d, 3 * d, "store", p)] += 1
+        calls[(n, d, d, "accum", p)] += 1
+        calls[(n, d, 2 * inter, "geglu", p)] += 1
+        calls[(n, inter, d, "accum", p)] += 1
+    kept = 1 + markers  # the last head layer: the first token and the markers
+    for j in range(spec.head_layers):
+        m = kept if j == spec.head_layers - 1 else n
+        calls[(n, d, 3 * d, "store", p)] += 1
+        calls[(m, d, d, "accum", p)] += 1
+        calls[(m, d, 4 * d, "relu", p)] += 1
+        calls[(m, 4 * d, d, "accum", p)] += 1
+    calls[(markers, d, d, "gelu", "f32")] += 1  # the scorer
+    calls[(1, d + 4, 256, "gelu", "f32")] += 1  # the act head
+    calls[(1, 256, spec.n_act, "store", "f32")] += 1
+    return calls
+
+
+def gemm_runner(precision: str, K: int, N: int, epilogue: str, M: int, threads: int,
+                rng: np.random.Generator) -> Callable[[], None]:
+    """A call of kime's `precision` GEMM on random data of the forward's shapes."""
+    from kime._cpu import _bgemm, _gemm, _qgemm
+
+    isa = _gemm.isa_detect()
+    W = rng.standard_normal((N, K), dtype=np.float32) / np.sqrt(K)
+    A = rng.standard_normal((M, K), dtype=np.float32)
+    geglu = epilogue == "geglu"
+    out = np.empty((M, N // 2 if geglu else N), np.float32)
+    if precision == "int8":
+        qisa = _qgemm.pin(isa)
+        packed = _qgemm.pack(W, isa=qisa, geglu=geglu)
+        return lambda: _qgemm.gemm(A, packed, N, K, epilogue=epilogue, out=out, threads=threads,
+                                   isa=qisa)
+    if precision == "bf16":
+        packed = _bgemm.pack(W, geglu=geglu)
+        return lambda: _bgemm.gemm(A, packed, N, K, epilogue=epilogue, out=out, threads=threads)
+    packed = _gemm.pack(W, isa=isa, geglu=geglu)
+    return lambda: _gemm.gemm(A, packed, N, K, epilogue=epilogue, out=out, threads=threads,
+                              isa=isa)
+
+
+def best_time(fn: Callable[[], None], threads: int, repeat: int) -> float:
+    from kime._cpu.masters import run_forward
+
+    def timed() -> float:
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    run_forward(threads, fn)  # warm-up
+    return min(run_forward(threads, timed) for _ in range(repeat))
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shape", default="base")
+    ap.add_argument("--precision", default="f32,int8,bf16",
+                    help="comma-separated; bf16 is skipped where the CPU lacks it")
+    ap.add_argument("--threads", type=int, default=0, help="0 = every core (default)")
+    ap.add_argument("--repeat", type=int, default=20, help="timed runs of W1 and of each GEMM")
+    ap.add_argument("--cache-dir", default=None)
+    args = ap.parse_args(argv)
+
+    import kime
+    from kime.backend import cpu_count
+    from kime._cpu.backend import bf16_missing
+
+    threads = args.threads or cpu_count()
+    path = cached_checkpoint(args.shape, args.cache_dir,
+                             log=lambda s: print("[floor] " + s, file=sys.stderr))
+    print("cpu: %s, %d threads; shape %s" % (machine_info()["cpu"], threads, args.shape))
+    print("%-5s | %9s | %9s | %8s | %12s | %s" % ("prec", "W1 p50", "floor", "W1/floor",
+                                                  "GEMM GFLOP/s", "W1 row"))
+    rng = np.random.default_rng(0)
+    for precision in [p.strip() for p in args.precision.split(",") if p.strip()]:
+        if precision == "bf16" and bf16_missing():
+            print("%-5s | skipped: %s" % (precision, bf16_missing()))
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            agent = kime.load(path, device="cpu", precision=precision, threads=threads,
+                              answer_cache=0)
+        w1 = build_workloads(path, agent.engine, ["W1"])[0]
+        row = agent.engine.rows_for({"state": w1.states[0], "questions": w1.questions})[0]
+        n, k = len(row.ids), len(row.markers)
+        times: List[float] = []
+        for i in range(args.repeat + 2):
+            t = time.perf_counter()
+            agent.predict(w1.states[0], w1.questions)
+            if i >= 2:
+                times.append(time.perf_counter() - t)
+        w1_s = statistics.median(times)
+        spec = agent.engine.backend.spec
+        agent.close()
+        calls = forward_gemms(spec, n, k, precision)
+        floor, flop = 0.0, 0.0
+        best: Dict[Gemm, float] = {}
+        for (M, K, N, epi, prec), count in calls.items():
+            if (M, K, N, epi, prec) not in best:
+                fn = gemm_runner(prec, K, N, epi, M, threads, rng)
+                best[(M, K, N, epi, prec)] = best_time(fn, threads, args.repeat)
+            floor += count * best[(M, K, N, epi, prec)]
+            flop += count * 2.0 * M * K * N
+        print("%-5s | %7.1f ms | %7.1f ms | %7.2fx | %12.1f | %d tokens, %d options"
+              % (precision, w1_s * 1e3, floor * 1e3, w1_s / floor, flop / floor / 1e9, n, k))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
