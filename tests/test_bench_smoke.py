@@ -91,7 +91,7 @@ def test_floor_runs(bench_checkpoint: str, capsys: pytest.CaptureFixture[str]) -
             for line in capsys.readouterr().out.splitlines() if line.count("|") == 5}
     for prec in ("f32", "int8"):
         w1, floor_ms, ratio = (float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3))
-        assert w1 > 0 and floor_ms > 0 and ratio == pytest.approx(w1 / floor_ms, rel=0.02)
+        assert w1 > 0 and floor_ms > 0 and ratio == pytest.approx(w1 / floor_ms, rel=0.03, abs=0.01)
 
 
 def test_stats_helpers() -> None:
