@@ -444,7 +444,7 @@ static const qimpl QIMPLS[] = {
                              qstore_portable},
 #ifdef KQ_X86
     [KIME_QGEMM_AVX2] = {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
-    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 128 << 10, quant512, qkernel512, qstore512},
+    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 256 << 10, quant512, qkernel512, qstore512},
 #ifdef KQ_AVXVNNI
     [KIME_QGEMM_AVXVNNI] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni, qstore256},
 #endif
