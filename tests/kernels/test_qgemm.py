@@ -112,6 +112,22 @@ def test_int32_long_k(impl: int) -> None:
         assert np.array_equal(_qgemm.gemm_int32(A, packed, N, K, threads=threads), want)
 
 
+def test_int32_short_request_shares_its_packing(impl: int) -> None:
+    """Too few rows to split (a short request's): the threads split the panels and quantize
+    the blocks of A together, one share each, meeting at a barrier per block. Several blocks
+    (a long K makes them small) and thread counts that leave a thread without a panel or a
+    tile stay exact."""
+    rng = np.random.default_rng(21)
+    for K, N, M in ((3071, 200, 190), (3071, 31, 29), (1152, 768, 182), (64, 40, 1)):
+        W = rng.standard_normal((N, K), dtype=np.float32)
+        A = rng.standard_normal((M, K), dtype=np.float32) * 2
+        packed = _qgemm.pack(W)
+        want = int_reference(A, W)
+        for threads in (1, 2, 3, 5):
+            got = _qgemm.gemm_int32(A, packed, N, K, threads=threads)
+            assert np.array_equal(got, want), (M, K, N, threads)
+
+
 def test_int32_at_the_k_limit(impl: int) -> None:
     """At qgemm.h's K limit the true sums still fit int32, but the VNNI impls' unsigned sums
     (q + 128) and their 128 * colsum compensation do not: both wrap, and the difference is

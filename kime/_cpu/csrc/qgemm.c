@@ -680,31 +680,58 @@ static void store_int32(const qjob *j, const int32_t *acc, int m, int n0, int nv
         }
 }
 
+/* Thread t's region of the scratch: its acc tile, row scales, one row's bytes and A block. */
+static char *qthread_base(const qjob *j, int t, char **rowq, uint8_t **ap, float **sa)
+{
+    char *base = j->scratch + (size_t)t * qthread_bytes(j->im, j->K);
+    *sa = (float *)(base + QMAX_TILE * 4);
+    *rowq = base + QMAX_TILE * 4 + QMAX_MC * 4;
+    *ap = (uint8_t *)*rowq + ((k4_of(j->K) * 4 + 63) & ~(size_t)63);
+    return base;
+}
+
 static void qrun(const qjob *j, int t, int nt)
 {
     const qimpl *im = j->im;
     const int mr = im->mr, K = j->K, mc = qblock_rows(im, K), K4 = (int)k4_of(K);
     const size_t pb = panel_bytes(im, K);
     int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
-    if ((j->M + mr - 1) / mr >= 16 * nt) {
+    /* Enough tiles: split the rows, each thread packing its own. Fewer (a short request) split
+     * the panels: then every thread needs all of A, so each quantizes a share of each block's
+     * tiles into thread 0's block and the team waits once per block, instead of every thread
+     * quantizing all of it. A row's bytes do not depend on who quantizes them. */
+    const int shared = (j->M + mr - 1) / mr < 16 * nt && nt > 1;
+    if (!shared && nt > 1 && (j->M + mr - 1) / mr >= 16 * nt) {
         r0 = qsplit_rows(j->M, mr, t, nt);
         r1 = qsplit_rows(j->M, mr, t + 1, nt);
     } else {
         p0 = (int)((long)j->npanels * t / nt);
         p1 = (int)((long)j->npanels * (t + 1) / nt);
     }
-    char *base = j->scratch + (size_t)t * qthread_bytes(im, K);
-    int32_t *acc = (int32_t *)base;
-    float *sa = (float *)(base + QMAX_TILE * 4);
-    int8_t *rowq = (int8_t *)(base + QMAX_TILE * 4 + QMAX_MC * 4);
-    uint8_t *ap = (uint8_t *)rowq + ((k4_of(K) * 4 + 63) & ~(size_t)63);
-    if (p0 >= p1)
+    char *rowq, *rowq0;
+    uint8_t *ap;
+    float *sa;
+    int32_t *acc = (int32_t *)qthread_base(j, t, &rowq, &ap, &sa);
+    if (shared) /* the block and its row scales are thread 0's; the row scratch stays ours */
+        qthread_base(j, 0, &rowq0, &ap, &sa);
+    else if (p0 >= p1)
         return;
     for (int m0 = r0; m0 < r1; m0 += mc) {
-        const int mb = r1 - m0 < mc ? r1 - m0 : mc;
-        for (int i = 0; i < mb; i += mr)
+        const int mb = r1 - m0 < mc ? r1 - m0 : mc, tiles = (mb + mr - 1) / mr;
+        const int t0 = shared ? tiles * t / nt : 0, t1 = shared ? tiles * (t + 1) / nt : tiles;
+        if (shared && m0 > r0) {
+#ifdef _OPENMP
+#pragma omp barrier /* the team is done with the last block */
+#endif
+        }
+        for (int i = t0 * mr; i < t1 * mr && i < mb; i += mr)
             qpack_a(im, j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K,
-                    rowq, ap + (size_t)i * K4 * 4, sa + i);
+                    (int8_t *)rowq, ap + (size_t)i * K4 * 4, sa + i);
+        if (shared) {
+#ifdef _OPENMP
+#pragma omp barrier /* every tile of the block is packed */
+#endif
+        }
         for (int p = p0; p < p1; p++) {
             const int8_t *b = j->panels + (size_t)p * pb;
             const float *sw = j->sw + (size_t)p * im->nr;
