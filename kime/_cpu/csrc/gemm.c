@@ -208,7 +208,7 @@ static const gemm_impl IMPLS[3] = {
     {PMR, PNR, 128 << 10, kernel_portable, store_portable},
 #ifdef KIME_X86
     {HMR, HNR, 128 << 10, kernel256, store256},
-    {AMR, ANR, 256 << 10, kernel512, store512},
+    {AMR, ANR, 640 << 10, kernel512, store512},
 #endif
 };
 
