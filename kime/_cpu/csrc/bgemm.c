@@ -4,8 +4,8 @@
  * GEMM's panels (the GEGLU pairing included), but with two k per 32-bit lane: panel p holds
  * K2 = ceil(K/2) groups, and group g is NR words, word j holding W[row_j, 2g] in its low half and
  * W[row_j, 2g + 1] in its high half, zero-padded past K and N. That is the operand vdpbf16ps
- * takes: per 32-bit lane, acc += a_lo * b_lo + a_hi * b_hi. Each thread rounds and packs its A
- * rows MR at a time as K2 groups of MR words, the same pairs, zero-padded past M and K.
+ * takes: per 32-bit lane, acc += a_lo * b_lo + a_hi * b_hi. A's rows are rounded and packed MR
+ * at a time as K2 groups of MR words, the same pairs, zero-padded past M and K.
  *
  * Kernel. 14 x 32 tiles, as the FP32 and VNNI kernels: 28 zmm accumulators, 2 B vectors and a
  * broadcast A pair per row. Per instruction it does twice the FP32 kernel's multiply-adds, and
@@ -13,8 +13,9 @@
  * (epilogue512.h), so the epilogues are the FP32 ones.
  *
  * Blocking and threads follow gemm.c: a thread owns a range of rows (or, for short batches, of
- * output panels), packs an A block of about A_BYTES, and runs each panel down the block, so a
- * panel is fetched once per block and each A sliver is reused by every panel. K is never split.
+ * output panels, and then the threads pack each A block together), an A block holds about
+ * A_BYTES, and each panel runs down the block, so a panel is fetched once per block and each A
+ * sliver is reused by every panel. K is never split.
  */
 #include <stdint.h>
 #include <string.h>

@@ -3,7 +3,7 @@
  * Layout. W is packed in panels of NR columns of C: panel p holds outputs [p*NR, p*NR + NR) as K
  * rows of NR floats, zero-padded past N. A GEGLU panel holds NR/2 outputs: lanes [0, NR/2) are
  * their "a" rows of W and lanes [NR/2, NR) the matching "g" rows, so one register tile sees both.
- * Each thread packs its A rows MR at a time as K rows of MR floats (zero-padded past M).
+ * A is packed MR rows at a time as K rows of MR floats (zero-padded past M; see run).
  *
  * Determinism. Every C element is one register accumulator that starts at +0 and takes one FMA
  * per k, in increasing k, over all of K; the partial sums stay in registers, so no K block is
@@ -13,7 +13,8 @@
  * on M, on which tile or thread computes it, or on the thread count.
  *
  * Blocking. A thread owns a range of rows (or, when M is too small to share, of panels) and walks
- * it in blocks of mc rows: it packs the block's A (mc x K, about a quarter of L2), then for each
+ * it in blocks of mc rows: it packs the block's A (mc x K: up to 640 KB with AVX-512, so a short
+ * request's rows at K = 768 are one block beside a 98 KB panel in a 1 MB L2), then for each
  * panel runs the micro-kernel down the block, so a panel (K x NR) comes from L3 once per block
  * and is reused from L2 by the block's tiles, and each A sliver is reused by every panel. K is
  * not split (kc = K): per k the 14 x 32 kernel reads 184 bytes for 28 FMAs, a stream L2 (even
@@ -43,7 +44,7 @@
 
 typedef struct {
     int mr, nr;
-    size_t a_bytes; /* a thread's packed A block: about a quarter of the L2 such CPUs have */
+    size_t a_bytes; /* a thread's packed A block, at most (one tile's sliver if K needs more) */
     /* acc[m][NR] = A sliver (K x MR, first m rows used) times B panel (K x NR) */
     void (*kernel)(int m, int K, const float *a, const float *b, float *acc);
     /* Apply the epilogue to tile rows [0, m) and store `nv` output columns from column n0. */

@@ -6,7 +6,7 @@
  * vpmaddubsw + vpmaddwd consume them. A GEGLU panel holds NR/2 outputs: lanes [0, NR/2) their
  * "a" rows and lanes [NR/2, NR) the matching "g" rows. After all panels: float scale_w[P*NR] and
  * int32 comp[P*NR] = OFFSET * colsum(q_w) per lane (OFFSET 128 for the unsigned-A kernels, else
- * 0). Each thread quantizes and packs its A rows MR at a time as K4 groups of MR x 4 bytes.
+ * 0). A rows are quantized and packed MR at a time as K4 groups of MR x 4 bytes (see qrun).
  *
  * Kernels.
  *  - AVX-512 VNNI: A packed unsigned (u8 = q + 128), 14 x 32 tiles of vpdpbusd; the store
