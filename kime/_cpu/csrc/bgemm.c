@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "bgemm.h"
+#include "team.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -237,56 +238,28 @@ typedef struct {
     char *scratch;
 } bjob;
 
-/* Row r_t of an even split of M rows over nt threads, rounded to a whole tile. */
-static int split_rows(int M, int t, int nt)
-{
-    if (t >= nt)
-        return M;
-    long r = ((long)M * t / nt + BMR / 2) / BMR * BMR;
-    return r < M ? (int)r : M;
-}
-
 static void run(const bjob *j, int t, int nt)
 {
     const int K = j->K, mc = bblock_rows(K);
     const size_t K2 = k2_of(K);
-    int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
-    /* Enough tiles: split rows, so each thread packs less A. Fewer (a short request) split the
-     * panels instead, so each thread streams half the weights; every thread then needs all of
-     * A, so each packs a share of each block's tiles into thread 0's block and the team waits
-     * once per block (qgemm.c does the same). */
-    const int shared = nt > 1 && (j->M + BMR - 1) / BMR < 16 * nt;
-    if (nt > 1 && !shared) {
-        r0 = split_rows(j->M, t, nt);
-        r1 = split_rows(j->M, t + 1, nt);
-    } else {
-        p0 = (int)((long)j->npanels * t / nt);
-        p1 = (int)((long)j->npanels * (t + 1) / nt);
-    }
-    if (!shared && p0 >= p1)
+    /* rows or output panels per thread, and whether the team packs A together (team.h) */
+    const kime_share sh = kime_share_of(j->M, BMR, j->npanels, t, nt);
+    if (!sh.shared && sh.p0 >= sh.p1)
         return;
     char *base = j->scratch + (size_t)t * bthread_bytes(K);
     float *acc = (float *)base;
     uint32_t *row = (uint32_t *)(base + BMAX_TILE * sizeof(float));
-    char *block_base = shared ? j->scratch : base; /* the block is thread 0's when shared */
+    char *block_base = sh.shared ? j->scratch : base; /* the block is thread 0's when shared */
     uint32_t *ap = (uint32_t *)(block_base + BMAX_TILE * sizeof(float) + row_bytes(K));
-    for (int m0 = r0; m0 < r1; m0 += mc) {
-        const int mb = r1 - m0 < mc ? r1 - m0 : mc, tiles = (mb + BMR - 1) / BMR;
-        const int t0 = shared ? tiles * t / nt : 0, t1 = shared ? tiles * (t + 1) / nt : tiles;
-        if (shared && m0 > r0) {
-#ifdef _OPENMP
-#pragma omp barrier /* the team is done with the last block */
-#endif
-        }
+    for (int m0 = sh.r0; m0 < sh.r1; m0 += mc) {
+        const int mb = sh.r1 - m0 < mc ? sh.r1 - m0 : mc;
+        int t0, t1;
+        kime_share_block(&sh, (mb + BMR - 1) / BMR, m0 > sh.r0, t, nt, &t0, &t1);
         for (int i = t0 * BMR; i < t1 * BMR && i < mb; i += BMR)
             pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < BMR ? mb - i : BMR, K, row,
                    ap + (size_t)i * K2);
-        if (shared) {
-#ifdef _OPENMP
-#pragma omp barrier /* every tile of the block is packed */
-#endif
-        }
-        for (int p = p0; p < p1; p++) {
+        kime_share_packed(&sh);
+        for (int p = sh.p0; p < sh.p1; p++) {
             const uint32_t *b = j->panels + (size_t)p * K2 * BNR;
             const int n0 = p * j->width;
             const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "team.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -295,53 +296,25 @@ typedef struct {
     float *scratch;
 } job;
 
-/* Row r_t of an even split of M rows over nt threads, rounded to a whole tile. */
-static int split_rows(int M, int mr, int t, int nt)
-{
-    if (t >= nt)
-        return M;
-    long r = ((long)M * t / nt + mr / 2) / mr * mr;
-    return r < M ? (int)r : M;
-}
-
 static void run(const job *j, int t, int nt)
 {
     const gemm_impl *im = j->im;
     const int mr = im->mr, K = j->K, mc = block_rows(im, K);
-    int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
-    /* Enough tiles: split rows, so each thread packs less A. Fewer (a short request) split the
-     * panels instead, so each thread streams half the weights; every thread then needs all of
-     * A, so each packs a share of each block's tiles into thread 0's block and the team waits
-     * once per block (qgemm.c does the same). */
-    const int shared = nt > 1 && (j->M + mr - 1) / mr < 16 * nt;
-    if (nt > 1 && !shared) {
-        r0 = split_rows(j->M, mr, t, nt);
-        r1 = split_rows(j->M, mr, t + 1, nt);
-    } else {
-        p0 = (int)((long)j->npanels * t / nt);
-        p1 = (int)((long)j->npanels * (t + 1) / nt);
-    }
+    /* rows or output panels per thread, and whether the team packs A together (team.h) */
+    const kime_share sh = kime_share_of(j->M, mr, j->npanels, t, nt);
     float *acc = j->scratch + (size_t)t * thread_floats(im, K);
-    float *ap = (shared ? j->scratch : acc) + MAX_TILE;
-    if (!shared && p0 >= p1)
+    float *ap = (sh.shared ? j->scratch : acc) + MAX_TILE;
+    if (!sh.shared && sh.p0 >= sh.p1)
         return;
-    for (int m0 = r0; m0 < r1; m0 += mc) {
-        const int mb = r1 - m0 < mc ? r1 - m0 : mc, tiles = (mb + mr - 1) / mr;
-        const int t0 = shared ? tiles * t / nt : 0, t1 = shared ? tiles * (t + 1) / nt : tiles;
-        if (shared && m0 > r0) {
-#ifdef _OPENMP
-#pragma omp barrier /* the team is done with the last block */
-#endif
-        }
+    for (int m0 = sh.r0; m0 < sh.r1; m0 += mc) {
+        const int mb = sh.r1 - m0 < mc ? sh.r1 - m0 : mc;
+        int t0, t1;
+        kime_share_block(&sh, (mb + mr - 1) / mr, m0 > sh.r0, t, nt, &t0, &t1);
         for (int i = t0 * mr; i < t1 * mr && i < mb; i += mr)
             pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K, mr,
                    ap + (size_t)i * K);
-        if (shared) {
-#ifdef _OPENMP
-#pragma omp barrier /* every tile of the block is packed */
-#endif
-        }
-        for (int p = p0; p < p1; p++) {
+        kime_share_packed(&sh);
+        for (int p = sh.p0; p < sh.p1; p++) {
             const float *b = j->packed + (size_t)p * K * im->nr;
             const int n0 = p * j->width;
             const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;

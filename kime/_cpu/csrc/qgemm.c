@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "qgemm.h"
+#include "team.h"
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -652,14 +653,6 @@ typedef struct {
     char *scratch;
 } qjob;
 
-static int qsplit_rows(int M, int mr, int t, int nt)
-{
-    if (t >= nt)
-        return M;
-    long r = ((long)M * t / nt + mr / 2) / mr * mr;
-    return r < M ? (int)r : M;
-}
-
 static void store_int32(const qjob *j, const int32_t *acc, int m, int n0, int nv,
                         const int32_t *comp, int32_t *C)
 {
@@ -695,44 +688,25 @@ static void qrun(const qjob *j, int t, int nt)
     const qimpl *im = j->im;
     const int mr = im->mr, K = j->K, mc = qblock_rows(im, K), K4 = (int)k4_of(K);
     const size_t pb = panel_bytes(im, K);
-    int r0 = 0, r1 = j->M, p0 = 0, p1 = j->npanels;
-    /* Enough tiles: split the rows, each thread packing its own. Fewer (a short request) split
-     * the panels: then every thread needs all of A, so each quantizes a share of each block's
-     * tiles into thread 0's block and the team waits once per block, instead of every thread
-     * quantizing all of it. A row's bytes do not depend on who quantizes them. */
-    const int shared = (j->M + mr - 1) / mr < 16 * nt && nt > 1;
-    if (!shared && nt > 1 && (j->M + mr - 1) / mr >= 16 * nt) {
-        r0 = qsplit_rows(j->M, mr, t, nt);
-        r1 = qsplit_rows(j->M, mr, t + 1, nt);
-    } else {
-        p0 = (int)((long)j->npanels * t / nt);
-        p1 = (int)((long)j->npanels * (t + 1) / nt);
-    }
+    /* rows or output panels per thread, and whether the team quantizes A together (team.h) */
+    const kime_share sh = kime_share_of(j->M, mr, j->npanels, t, nt);
     char *rowq, *rowq0;
     uint8_t *ap;
     float *sa;
     int32_t *acc = (int32_t *)qthread_base(j, t, &rowq, &ap, &sa);
-    if (shared) /* the block and its row scales are thread 0's; the row scratch stays ours */
+    if (sh.shared) /* the block and its row scales are thread 0's; the row scratch stays ours */
         qthread_base(j, 0, &rowq0, &ap, &sa);
-    else if (p0 >= p1)
+    else if (sh.p0 >= sh.p1)
         return;
-    for (int m0 = r0; m0 < r1; m0 += mc) {
-        const int mb = r1 - m0 < mc ? r1 - m0 : mc, tiles = (mb + mr - 1) / mr;
-        const int t0 = shared ? tiles * t / nt : 0, t1 = shared ? tiles * (t + 1) / nt : tiles;
-        if (shared && m0 > r0) {
-#ifdef _OPENMP
-#pragma omp barrier /* the team is done with the last block */
-#endif
-        }
+    for (int m0 = sh.r0; m0 < sh.r1; m0 += mc) {
+        const int mb = sh.r1 - m0 < mc ? sh.r1 - m0 : mc;
+        int t0, t1;
+        kime_share_block(&sh, (mb + mr - 1) / mr, m0 > sh.r0, t, nt, &t0, &t1);
         for (int i = t0 * mr; i < t1 * mr && i < mb; i += mr)
             qpack_a(im, j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K,
                     (int8_t *)rowq, ap + (size_t)i * K4 * 4, sa + i);
-        if (shared) {
-#ifdef _OPENMP
-#pragma omp barrier /* every tile of the block is packed */
-#endif
-        }
-        for (int p = p0; p < p1; p++) {
+        kime_share_packed(&sh);
+        for (int p = sh.p0; p < sh.p1; p++) {
             const int8_t *b = j->panels + (size_t)p * pb;
             const float *sw = j->sw + (size_t)p * im->nr;
             const int32_t *comp = j->comp + (size_t)p * im->nr;
