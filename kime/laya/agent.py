@@ -3,7 +3,7 @@ positional order and defaults, the same attributes, the same results (keys in La
 numbers within float32 noise) and Laya's refusals. Code written for `laya` runs with
 `import kime as laya`.
 
-The agent owns Laya's surface and delegates each rule to its module: loading (`hub.fetch`,
+The agent owns Laya's surface and delegates each rule to its module: loading (`loading`,
 `revisions`), the device (`device`), hooks (`hooks`), temperatures, languages and calibration
 files (`calibration`), the `min_confidence` gate (`confidence`), long states (`long`) and
 schemas (`structured`). Answers come from `kime.Kime`, which knows none of these.
@@ -15,32 +15,25 @@ them, so a typo fails here as it would there.
 """
 from __future__ import annotations
 
-import os
 import time
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from .. import hub
-from ..checkpoint import read_agent_config
 from ..engine import Kime
-from ..errors import InvalidRequest, ModelNotFound, problem, warn_caller
+from ..errors import InvalidRequest, problem, warn_caller
 from ..layout import Row
 from ..render import State
 from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
-from .calibration import Calibration, resolve_lang_temperatures
+from .calibration import Calibration
 from .confidence import MinConfidence, check_min_confidence
 from .device import TorchLikeDevice, choose
 from .hooks import (HookArg, HookedCall, HookRegistry, PredictContext, PredictHookArg,
                     aggregate_usage, compose_hooks, normalise_hooks, validate_timeout)
-from .revisions import resolve_revision, snapshot_revision, verify_digests
+from .loading import (DEFAULT_MODEL, backend_name, builtin_alias, checkpoint_dir,
+                      resolved_languages)
+from .revisions import verify_digests
 
-DEFAULT_MODEL = "convaiinnovations/laya"
-"""Laya's default checkpoint: the English model at the root of the bundle repo."""
-
-BACKENDS = ("auto", "eager", "compile", "tilelang", "onnx")
-_BACKEND_ALIASES = {"fast": "tilelang", "torch": "eager", "torch.compile": "compile",
-                    "inductor": "compile"}
 
 Questions = Dict[Any, Dict[str, Any]]
 
@@ -50,62 +43,6 @@ def _as_list(value: Any) -> List[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, (list, tuple)) else [value]
-
-
-def _backend_name(name: Any) -> str:
-    """Laya's spelling check for `backend=` (the value itself changes nothing here)."""
-    key = str(name).strip().lower().replace("_", "-") if name is not None else "eager"
-    key = _BACKEND_ALIASES.get(key, key)
-    if key not in BACKENDS:
-        raise ValueError("unknown backend %r; use one of %s" % (name, ", ".join(BACKENDS)))
-    return key
-
-
-def _is_local(text: str) -> bool:
-    """Laya's `_is_local_checkpoint_arg`: a path separator, a leading `.`/`~`, or a directory
-    holding a checkpoint. Anything else is a name or alias."""
-    return bool(text) and hub._looks_local(text)
-
-
-def _checkpoint_dir(name: str, subfolder: Optional[str], revision: Optional[str],
-                    token: Optional[str]) -> Tuple[str, Optional[str]]:
-    """(the checkpoint's directory, the Hub commit it was loaded at), as Laya finds it: an
-    existing path is used as it is; anything else is a Hub checkpoint, taken from the cache or
-    downloaded. `subfolder` is a directory inside either."""
-    commit: Optional[str] = None
-    if os.path.exists(name):
-        base = name
-    elif name.startswith(("/", "./", "../")) or os.path.isabs(name):
-        raise ModelNotFound("Local model path not found: %r. Check that the directory exists and "
-                            "that training saved the model successfully." % name)
-    else:
-        source = hub.locate(name)
-        if source.path is not None:
-            base = str(hub.resolve(name))  # a path spelled with `~`: resolve names what is wrong
-        else:
-            repo = source.repo or hub.BUNDLE_REPO
-            inner = "/".join(p for p in (source.subfolder, subfolder) if p) or None
-            pinned = resolve_revision(repo, revision)
-            snapshot = hub.fetch(repo, subfolder=inner, revision=pinned, token=token)
-            commit = snapshot_revision(str(snapshot)) or pinned
-            base = str(snapshot / source.subfolder) if source.subfolder else str(snapshot)
-    directory = os.path.join(base, subfolder) if subfolder else base
-    if subfolder and not os.path.isdir(directory):
-        raise ModelNotFound("Subfolder %r not found in %r." % (subfolder, name))
-    return directory, commit
-
-
-def _resolved_languages(directory: str, lang_temperatures: Any) -> Any:
-    """`lang_temperatures` resolved against the checkpoint's shipped temperatures before the
-    engine loads, so its warnings come before the checkpoint's, as in Laya. (Resolving is
-    idempotent: the Calibration resolves the result again without warning twice.) A
-    checkpoint whose temperatures cannot be read is left to the engine to refuse."""
-    if lang_temperatures is None:
-        return None
-    shipped = read_agent_config(directory).temperature
-    if not isinstance(shipped, (list, tuple)) or len(shipped) != 3:
-        return lang_temperatures
-    return resolve_lang_temperatures(lang_temperatures, shipped)
 
 
 class Agent(HookRegistry):
@@ -153,7 +90,7 @@ class Agent(HookRegistry):
 
         `precision`, `threads` and `answer_cache` are kime's own, keyword-only: see `kime.Kime`.
         """
-        if backend is not None and _backend_name(backend) == "onnx":
+        if backend is not None and backend_name(backend) == "onnx":
             raise ValueError("use laya.load(..., backend='onnx') or ONNXAgent")
         if compile and not fast and backend is None and compile_mode not in ("default",
                                                                              "reduce-overhead"):
@@ -175,13 +112,13 @@ class Agent(HookRegistry):
             self.model_id_or_path: str = self.engine.model_id
         else:
             self.model_id_or_path = str(model_id_or_path)
-            directory, self.revision = _checkpoint_dir(self.model_id_or_path, subfolder, revision,
+            directory, self.revision = checkpoint_dir(self.model_id_or_path, subfolder, revision,
                                                        token)
             verify_digests(directory, expected_sha256)  # before any file is parsed
             asked = device if device is None or str(device).strip().lower() != "auto" else None
             # Laya's order of warnings: the device, the languages, then the checkpoint's values.
             use, fell_back = choose(asked, precision, threads)
-            lang_temperatures = _resolved_languages(directory, lang_temperatures)
+            lang_temperatures = resolved_languages(directory, lang_temperatures)
             self.engine = Kime(directory, device=use, precision=precision, threads=threads,
                                answer_cache=answer_cache)
             self._owns_engine = True
@@ -559,13 +496,9 @@ def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[st
     `onnx_path`. kime's own, keyword-only: `precision`, `threads`, `answer_cache` (see
     `kime.Kime`; `answer_cache=0` switches the answer cache off, as a benchmark must).
     """
-    if backend is not None and _backend_name(backend) == "onnx":
+    if backend is not None and backend_name(backend) == "onnx":
         backend = None  # Laya's ONNX agent: kime answers with its own forward
-    name = model_id_or_path
-    if isinstance(name, str) and subfolder is None and not _is_local(name):
-        builtin = hub.ALIASES.get(name.strip().lower(), name.strip().lower())
-        if builtin in hub.MODELS:
-            name, subfolder = hub.BUNDLE_REPO, hub.MODELS[builtin]
+    name, subfolder = builtin_alias(model_id_or_path, subfolder)
     return Agent(name, device=device, token=token, subfolder=subfolder, fast=fast,
                  compile=compile, revision=revision,
                  expected_sha256=expected_sha256, lang_temperatures=lang_temperatures,
