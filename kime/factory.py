@@ -87,3 +87,40 @@ def open_backend(ck: Checkpoint, device: Union[str, Device, None] = None,
 
     return CpuBackend(ck, n_threads, precision=target.precision, preload=preload)
 
+
+
+def backend_report() -> dict[str, dict[str, object]]:
+    """What the backends find on this machine, for `kime doctor`, so the CLI asks here instead
+    of importing `_cpu` or `_cuda`: the CPU kernels this build and CPU run (or why they do not
+    load), the NVIDIA driver and the CuPy wheel that fits it, whether GPU 0 runs (and so what
+    `device="auto"` picks), and where packed weights are cached. Nothing here raises for a
+    broken build or a missing GPU: reporting those is what the doctor is for."""
+    cpu: dict[str, object] = {}
+    try:
+        from ._cpu import _bgemm, _forward, _ops, _qgemm
+        from ._cpu.backend import bf16_missing
+
+        cpu["isa"] = _forward.isa_name(_forward.isa_detect())
+        cpu["int8_kernels"] = _qgemm.impl_name()
+        cpu["kime_qgemm_env"] = os.environ.get("KIME_QGEMM")
+        cpu["bf16_missing"] = bf16_missing()
+        cpu["bf16_kernels"] = _bgemm.KERNELS if cpu["bf16_missing"] is None else None
+        cpu["openmp"] = bool(_ops.has_openmp())
+    except Exception as e:
+        cpu["isa"] = None
+        cpu["openmp"] = None
+        cpu["error"] = "%s: %s" % (type(e).__name__, e)
+    from ._cuda.device import cupy_advice, driver_cuda_version, installed_cupy, probe
+
+    driver, source = driver_cuda_version()
+    cuda0 = probe(0)  # None: device='cuda' runs here; else why not
+    gpu: dict[str, object] = {
+        "driver_cuda": None if driver is None else "%d.%d" % (driver // 1000, driver % 1000 // 10),
+        "driver_cuda_from": source if driver is not None else None,
+        "cupy_for_driver": cupy_advice(driver, installed_cupy(), why=source),
+        "cuda0": cuda0,
+        "auto": "cuda" if cuda0 is None else "cpu",  # as resolve_auto picks for f32 and f16
+    }
+    from ._cpu.weights import cache_dir
+
+    return {"cpu": cpu, "gpu": gpu, "caches": {"packed": cache_dir()}}
