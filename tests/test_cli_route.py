@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 import kime
 from kime import cli
-from kime.decide_batch import answer_lines
+from kime.cli.batch_lines import answer_lines
 from kime.laya.router import Router
 from .hub_cache import bundle_cache
 

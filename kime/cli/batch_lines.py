@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any, Dict, Iterable, List, Tuple, Union
 
-from .errors import InvalidRequest, problem
+from ..errors import InvalidRequest, problem
 
 CONTROLS = ("task", "lang", "lang_guess", "max_len", "head_max_len")
 """What a line may set besides `state`, `questions` and `model`; the flags of the same names

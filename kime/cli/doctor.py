@@ -1,0 +1,131 @@
+"""`kime doctor`: versions, the CPU's kernel path, the GPU and the CuPy wheel that fits its
+driver, and the cache directories, as text or JSON.
+
+What the backends find on this machine comes from `kime.factory.backend_report`, the one module
+that imports them; the rest (versions, environment variables, CuPy's own view) is read here.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+from .._version import __version__
+
+PACKAGES = ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl")
+"""The runtime dependencies whose versions the report lists."""
+
+
+def _version(package: str) -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package.replace("_", "-"))
+    except metadata.PackageNotFoundError:
+        try:
+            return str(__import__(package).__version__)
+        except Exception:
+            return None
+
+
+def doctor_report() -> Dict[str, Any]:
+    """The report `kime doctor --json` prints: kime, python, platform, packages, cpu, gpu,
+    caches. Never raises for a broken build or a missing GPU; it says so instead."""
+    from ..backend import cpu_count
+    from ..factory import backend_report
+
+    found = backend_report()
+    report: Dict[str, Any] = {
+        "kime": __version__,
+        "python": "%s (%s)" % (platform.python_version(), sys.executable),
+        "platform": platform.platform(),
+        "packages": {name: _version(name) for name in PACKAGES},
+    }
+    cpu: Dict[str, Any] = {"threads": cpu_count(), "kime_isa_env": os.environ.get("KIME_ISA")}
+    cpu.update(found["cpu"])
+    cpu["backend"] = os.environ.get("KIME_CPU_BACKEND", "compiled")
+    report["cpu"] = cpu
+    gpu: Dict[str, Any] = {"cupy": None, "devices": 0}
+    try:
+        import cupy  # type: ignore[import-not-found]  # optional: kime never needs it
+
+        gpu["cupy"] = str(cupy.__version__)
+        gpu["devices"] = int(cupy.cuda.runtime.getDeviceCount())
+    except ImportError:
+        pass
+    except Exception as e:
+        gpu["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+    gpu.update(found["gpu"])
+    report["gpu"] = gpu
+    caches: Dict[str, Any] = {"packed": found["caches"]["packed"], "hf_hub": None,
+                              "hf_hub_offline": os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")}
+    try:
+        from huggingface_hub import constants
+
+        caches["hf_hub"] = constants.HF_HUB_CACHE
+        caches["hf_hub_offline"] = bool(constants.HF_HUB_OFFLINE)
+    except Exception:
+        pass
+    report["caches"] = caches
+    return report
+
+
+def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
+    """The report as (key, value) lines for the text form."""
+    cpu, gpu, caches = report["cpu"], report["gpu"], report["caches"]
+    lines = [("kime", report["kime"]), ("python", report["python"]),
+             ("platform", report["platform"])]
+    lines += [(name, version or "not installed") for name, version in report["packages"].items()]
+    isa = cpu["isa"] or "unavailable (%s)" % cpu.get("error")
+    if cpu["kime_isa_env"]:
+        isa += " (capped by KIME_ISA=%s)" % cpu["kime_isa_env"]
+    int8 = cpu.get("int8_kernels") or "unavailable"
+    if cpu.get("kime_qgemm_env"):
+        int8 += " (capped by KIME_QGEMM=%s)" % cpu["kime_qgemm_env"]
+    bf16 = cpu.get("bf16_kernels") or "unavailable (%s)" % (cpu.get("bf16_missing")
+                                                           or cpu.get("error"))
+    lines += [("cpu isa / kernels", isa),
+              ("int8 kernels", int8),
+              ("bf16 kernels", bf16),
+              ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
+              ("threads (threads=0)", cpu["threads"]),
+              ("cpu backend", cpu["backend"])]
+    if gpu["cupy"] is None:
+        lines.append(("cupy", "not installed" + (" (%s)" % gpu["error"] if "error" in gpu else "")))
+    else:
+        lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"],
+                                                  " (%s)" % gpu["error"] if "error" in gpu else "")))
+    lines.append(("cupy for this driver", gpu["cupy_for_driver"]))
+    lines += [("device='auto' runs on", gpu["auto"] + ("" if gpu["cuda0"] is None else
+                                                     " (cuda: %s)" % gpu["cuda0"]))]
+    lines += [("packed-weight cache", caches["packed"]),
+              ("hugging face cache", caches["hf_hub"] or "unknown"),
+              ("HF_HUB_OFFLINE", "yes" if caches["hf_hub_offline"] else "no")]
+    return lines
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report = doctor_report()
+    if args.json:
+        json.dump(report, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    lines = _lines(report)
+    width = max(len(key) for key, _ in lines) + 1
+    for key, value in lines:
+        print("%-*s  %s" % (width, key + ":", value))
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Add `doctor` to `kime`'s subcommands (an argparse subparsers action)."""
+    doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
+                         description="Print kime's and its dependencies' versions, the ISA kime's "
+                         "kernels use on this CPU (capped by KIME_ISA), OpenMP, the default "
+                         "thread count, CuPy and GPUs if present, the CuPy wheel that fits the "
+                         "NVIDIA driver, and the cache directories.")
+    doc.add_argument("--json", action="store_true", help="print the report as JSON")
+    doc.set_defaults(run=_doctor)
