@@ -14,7 +14,7 @@ from .errors import (BadDeviceOrdinal, BadOption, CheckpointError, CheckpointFil
                      InvalidRequest,
                      KimeError, ModelNotFound, NoGpu, NonFiniteLogits, TokenizerError, TooLong,
                      Unsupported)
-from .gate import GateReport, gate
+from .precision_gate import GateReport, gate
 from .laya import (DEFAULT_MODELS, Agent, AsyncHook, BaseHook, Hook, PredictContext, PredictHook,
                    RLAgent, RouteDecision, Router, load)
 from ._version import __version__

@@ -95,7 +95,7 @@ def test_nothing_under_kime_imports_in_a_circle():
 def test_the_core_knows_nothing_of_laya_or_the_server():
     graph = _graph()
     leaks = {m: sorted(d for d in graph[m] if d.startswith(("kime.laya", "kime.serve", "kime.cli",
-                                                             "kime.gate")))
+                                                             "kime.precision_gate")))
              for m in CORE if m in graph}
     assert not {m: d for m, d in leaks.items() if d}
 

@@ -22,7 +22,7 @@ from kime.backend import Device, Precision
 from kime.batch import Batch
 from kime.buckets import pick_bucket
 from kime.checkpoint import load_checkpoint
-from kime.gate import builtin_requests, gate
+from kime.precision_gate import builtin_requests, gate
 
 from .test_cpu_backend import QUESTIONS, STATE, _engine, _requests
 from .test_golden import DATA, GOLDENS

@@ -12,7 +12,7 @@ import pytest
 
 import kime
 from kime import cli
-from kime.gate import TIE_MARGIN, builtin_requests, compare, gate, load_requests
+from kime.precision_gate import TIE_MARGIN, builtin_requests, compare, gate, load_requests
 
 TINY = Path(__file__).parent / "goldens" / "checkpoints" / "tiny"
 

@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kime._cpu.reference as R  # noqa: E402
 from kime import Kime  # noqa: E402
-from kime.gate import builtin_requests, compare  # noqa: E402
+from kime.precision_gate import builtin_requests, compare  # noqa: E402
 
 F32 = np.float32
 

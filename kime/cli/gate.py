@@ -11,7 +11,7 @@ from .exits import EXIT_GATE
 
 
 def _gate(args: argparse.Namespace) -> int:
-    from ..gate import gate, load_requests
+    from ..precision_gate import gate, load_requests
 
     requests = load_requests(args.requests) if args.requests else None
     progress = None if args.json else (lambda msg: print("kime gate: " + msg, file=sys.stderr))
