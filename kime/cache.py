@@ -13,6 +13,10 @@ from typing import Dict, Generic, Hashable, Optional, TypeVar
 
 V = TypeVar("V")
 
+ANSWER_CACHE = 4096
+"""Rows whose outputs an engine keeps unless told otherwise (`answer_cache=`, `kime serve
+--answer-cache`): one default for `Kime`, its executor, `kime.load`/`Agent` and the server."""
+
 
 class LRU(Generic[V]):
     """At most `capacity` entries; the least recently used goes first. Capacity 0 disables it."""

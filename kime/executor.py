@@ -18,7 +18,7 @@ import numpy as np
 
 from .backend import Backend, Memory
 from .batch import Batch
-from .cache import LRU
+from .cache import ANSWER_CACHE, LRU
 from .errors import BackendError
 from .layout import Row
 from .split import split
@@ -35,7 +35,7 @@ class Executor:
     """Runs laid-out rows on a backend. Safe to call from many threads: runs are serialised on
     one lock, because a backend reuses its buffers."""
 
-    def __init__(self, backend: Backend, answer_cache: int = 4096):
+    def __init__(self, backend: Backend, answer_cache: int = ANSWER_CACHE):
         self.backend = backend
         self.cache: LRU[RowOutput] = LRU(answer_cache)
         self.max_batch_tokens = int(backend.max_batch_tokens)

@@ -26,6 +26,8 @@ from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from ..cache import ANSWER_CACHE
+
 KEY_ENV = ("KIME_API_KEY", "LAYA_API_KEY")
 """Each one, when set, adds one bearer key (laya serve reads LAYA_API_KEY)."""
 CONFIG_ENV = "KIME_CONFIG"
@@ -166,7 +168,7 @@ class Settings(BaseModel):
         env=("KIME_MAX_MERGE",))] = 0
     answer_cache: Annotated[Count, Source(
         "rows whose outputs each engine keeps (a repeated row is answered without a forward "
-        "pass); 0: off", env=("KIME_ANSWER_CACHE",))] = 4096
+        "pass); 0: off", env=("KIME_ANSWER_CACHE",))] = ANSWER_CACHE
     max_token_budget: Annotated[Positive, Source(
         "the largest max_len/head_max_len a request may ask for",
         env=("KIME_MAX_TOKEN_BUDGET", "LAYA_MAX_TOKEN_BUDGET"))] = 8192
