@@ -14,7 +14,7 @@ import statistics
 import time
 import warnings
 
-from kime.testing import write_checkpoint
+from kime.synthetic import write_checkpoint
 
 
 def main() -> None:

@@ -45,7 +45,7 @@ def cached_checkpoint(shape: str, cache_dir: Optional[str] = None, seed: int = 0
     It is written into a temporary sibling and renamed into place, so an interrupted write never
     leaves a half checkpoint that a later run would trust.
     """
-    from kime.testing import write_checkpoint
+    from kime.synthetic import write_checkpoint
 
     root = os.path.expanduser(cache_dir or DEFAULT_CACHE)
     path = os.path.join(root, "%s-seed%d" % (shape, seed))

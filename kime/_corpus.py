@@ -1,6 +1,6 @@
 """A small built-in text corpus for training the tokenizers of test checkpoints.
 
-`kime.testing` trains a real `tokenizers` BPE on this text, so a checkpoint written without
+`kime.synthetic` trains a real `tokenizers` BPE on this text, so a checkpoint written without
 network access still tokenizes the way the texts in the goldens look: prose, support tickets and
 emails, JSON-ish documents, numbers, and a few lines in German, French, Spanish and Japanese with
 emoji. Changing a single character here changes every trained vocabulary and so every golden

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from kime.testing import write_checkpoint
+from kime.synthetic import write_checkpoint
 
 
 @pytest.fixture(scope="session", autouse=True)

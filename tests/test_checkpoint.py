@@ -15,7 +15,7 @@ from safetensors.numpy import load_file, save_file
 import kime
 from kime.checkpoint import load_checkpoint
 from kime.graph import HEAD_NORM_EPS, Role, rope_half_tables, rope_tables
-from kime.testing import SHAPES, graph_of
+from kime.synthetic import SHAPES, graph_of
 
 from .test_golden import DATA, GOLDENS
 

@@ -49,7 +49,7 @@ def kime_cli(*argv: str, isa: str | None = None, timeout: float = 120) -> subpro
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from kime.testing import write_checkpoint
+    from kime.synthetic import write_checkpoint
 
     return write_checkpoint(tmp_path_factory.mktemp("wheel") / "tiny", shape="tiny", seed=3)
 

@@ -8,7 +8,7 @@ implementation, which kime itself never imports:
     .oracle/bin/pip install torch==2.13.0 laya==0.4.15
     .oracle/bin/python tools/make_goldens.py
 
-It puts the repository root on `sys.path` and imports `kime.testing` alone, without running
+It puts the repository root on `sys.path` and imports `kime.synthetic` alone, without running
 `kime/__init__.py` (the writer needs only NumPy, tokenizers and safetensors, all of which Laya's
 environment has; the engine may need more), then:
 
@@ -67,8 +67,8 @@ import laya.agent  # noqa: E402
 import laya.common  # noqa: E402
 
 
-def _kime_testing() -> types.ModuleType:
-    """Import `kime.testing` without running `kime/__init__.py`.
+def _kime_synthetic() -> types.ModuleType:
+    """Import `kime.synthetic` (the checkpoint writer) without running `kime/__init__.py`.
 
     The package's `__init__` wires up the engine, which may want compiled kernels or runtime
     dependencies this oracle environment does not have; the writer needs none of them.
@@ -76,10 +76,10 @@ def _kime_testing() -> types.ModuleType:
     package = types.ModuleType("kime")
     package.__path__ = [str(ROOT / "kime")]
     sys.modules.setdefault("kime", package)
-    return importlib.import_module("kime.testing")
+    return importlib.import_module("kime.synthetic")
 
 
-write_checkpoint = _kime_testing().write_checkpoint
+write_checkpoint = _kime_synthetic().write_checkpoint
 
 GOLDENS = ROOT / "tests" / "goldens"
 SEED = 0
@@ -636,7 +636,7 @@ def check_every_shape_loads() -> None:
     """Laya must load every checkpoint kime's writer makes, the big shapes included."""
     import tempfile
 
-    from kime.testing import SHAPES
+    from kime.synthetic import SHAPES
 
     for shape in SHAPES:
         with tempfile.TemporaryDirectory(prefix="kime-shape-") as tmp:

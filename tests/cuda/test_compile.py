@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from kime._cuda import kernels
-from kime.testing import SHAPES
+from kime.synthetic import SHAPES
 
 
 def _nvrtc():
