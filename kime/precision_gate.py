@@ -166,9 +166,11 @@ class GateReport:
             if len(self.disagreements) > 10:
                 lines.append("    ... and %d more" % (len(self.disagreements) - 10))
         if self.passed:
-            verdict = "PASS: argmax agreement >= %g%% on every question type" % (100 * self.threshold)
+            verdict = ("PASS: argmax agreement >= %g%% on every question type"
+                       % (100 * self.threshold))
         else:
-            low = [t for t, st in self.by_type.items() if st.questions and st.agreement < self.threshold]
+            low = [t for t, st in self.by_type.items()
+                   if st.questions and st.agreement < self.threshold]
             verdict = "FAIL: argmax agreement below %g%% on %s" % (100 * self.threshold,
                                                                    ", ".join(low))
         lines += ["", "  " + verdict]

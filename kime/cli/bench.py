@@ -23,7 +23,8 @@ def _bench(args: argparse.Namespace) -> int:
                          "`kime bench` from the checkout's root")
     # The machine notes: OpenBLAS's CORETYPE and L2 overrides slow a current numpy, so the
     # benches run without them (the end-to-end bench also re-executes itself for the same reason).
-    env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
     rest = [a for a in args.rest if a != "--"]
     return subprocess.call([sys.executable, "-m", module] + rest, env=env)
 

@@ -14,7 +14,8 @@ def _read_state(args: argparse.Namespace) -> Any:
     if args.state is not None and args.state_file is not None:
         raise UsageError("give the state with --state or --state-file, not both")
     if args.state_file is not None:
-        text = sys.stdin.read() if args.state_file == "-" else open(args.state_file, encoding="utf-8").read()
+        text = (sys.stdin.read() if args.state_file == "-"
+                else open(args.state_file, encoding="utf-8").read())
     elif args.state is not None:
         text = args.state
     else:

@@ -60,8 +60,9 @@ def doctor_report() -> Dict[str, Any]:
         gpu["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")
     gpu.update(found["gpu"])
     report["gpu"] = gpu
+    offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     caches: Dict[str, Any] = {"packed": found["caches"]["packed"], "hf_hub": None,
-                              "hf_hub_offline": os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")}
+                              "hf_hub_offline": offline}
     try:
         from huggingface_hub import constants
 
@@ -93,11 +94,11 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
               ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
               ("threads (threads=0)", cpu["threads"]),
               ("cpu backend", cpu["backend"])]
+    why = " (%s)" % gpu["error"] if "error" in gpu else ""
     if gpu["cupy"] is None:
-        lines.append(("cupy", "not installed" + (" (%s)" % gpu["error"] if "error" in gpu else "")))
+        lines.append(("cupy", "not installed" + why))
     else:
-        lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"],
-                                                  " (%s)" % gpu["error"] if "error" in gpu else "")))
+        lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"], why)))
     lines.append(("cupy for this driver", gpu["cupy_for_driver"]))
     lines += [("device='auto' runs on", gpu["auto"] + ("" if gpu["cuda0"] is None else
                                                      " (cuda: %s)" % gpu["cuda0"]))]
