@@ -50,7 +50,7 @@ def doctor_report() -> Dict[str, Any]:
     report["cpu"] = cpu
     gpu: Dict[str, Any] = {"cupy": None, "devices": 0}
     try:
-        import cupy  # type: ignore[import-not-found]  # optional: kime never needs it
+        import cupy  # optional: kime never needs it
 
         gpu["cupy"] = str(cupy.__version__)
         gpu["devices"] = int(cupy.cuda.runtime.getDeviceCount())
