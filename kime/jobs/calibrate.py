@@ -5,9 +5,9 @@ The labelled file is JSONL (or Parquet) in Laya's fine-tuning schema: per row a 
 `questions` (or the job's `--questions`), and per question either `expected` (the right answer:
 a choice label, a score level or a fractional level, a noul boolean) or `gold`
 (`{"probabilities": {...}}`, a target distribution). The logits come from the same machinery
-`kime score` uses (one process, or actors on Ray), before any temperature, in the caller's
-option order; the fit is `kime.jobs.fit` (Laya's `fit_temperature_map`, `fit_binning_map` and
-`fit_abstention_thresholds`, without PyTorch).
+`kime score` uses (one process, or a `Remote` such as actors on Ray), before any temperature,
+in the caller's option order; the fit is `kime.jobs.fit` (Laya's `fit_temperature_map`,
+`fit_binning_map` and `fit_abstention_thresholds`, without PyTorch).
 
 The file written is Laya's version-2 calibration payload (`kime.laya.calibration`), which
 `kime.load(model, calibration=...)` and `laya.load(model, calibration=...)` both load, plus the
@@ -28,9 +28,9 @@ from ..laya.agent import Agent
 from ..laya.calibration import Calibration
 from ..render import Question, noul_labels
 from ..request import validated_questions
-from . import fit
+from . import engines, fit
 from .job import Stop, progress_bar
-from .options import EngineOptions, load_agent
+from .options import EngineOptions, Remote, load_agent
 from .report import HOLDOUT, Fitted, format_report, plot_reliability, report
 from .score import RowScorer, chunked
 from .source import InputRow, JobInputError, Source
@@ -180,17 +180,16 @@ def local_logits(agent: Agent, opts: EngineOptions, questions: Optional[Dict[Any
 
 
 def collect(agent: Agent, opts: EngineOptions, questions: Optional[Dict[Any, Any]],
-            source: Source, err: TextIO) -> Tuple[Collected, Optional[int]]:
+            source: Source, err: TextIO,
+            remote: Optional[Remote] = None) -> Tuple[Collected, Optional[int]]:
     """Every labelled question's record, through the chosen engine (`agent` answers a local
-    run; Ray's actors load their own), and the signal that stopped it early, if one did."""
+    run; a `remote`'s workers load their own), and the signal that stopped it early, if any."""
     rows = {r.row: r for r in source.rows()}
-    if opts.engine == "local":
+    if remote is None:
         def produce(stop: Any) -> Iterator[Tuple[InputRow, Any]]:
             return local_logits(agent, opts, questions, iter(rows.values()), stop)
     else:
-        from ..ray import logits_producer
-
-        by_number = logits_producer(opts, questions, source)  # joins Ray before the handlers
+        by_number = remote.logits_producer(opts, questions, source)  # joins before the handlers
 
         def produce(stop: Any) -> Iterator[Tuple[InputRow, Any]]:
             return ((rows[n], got) for n, got in by_number(stop))
@@ -225,16 +224,20 @@ def _records(answered: Iterator[Tuple[InputRow, Any]], questions: Optional[Dict[
 def calibrate_job(opts: EngineOptions, questions: Optional[Dict[Any, Any]], labeled: str,
                   output: str, plot: Optional[str] = None,
                   target_error: float = fit.TARGET_ERROR, out: TextIO = sys.stdout,
-                  err: TextIO = sys.stderr) -> int:
-    """Run `kime calibrate`; returns the exit status."""
+                  err: TextIO = sys.stderr, remote: Optional[Remote] = None) -> int:
+    """Run `kime calibrate`; returns the exit status. `remote` scores the rows outside this
+    process; None: the engine `opts.engine` names."""
     opts.check()
+    if remote is None:
+        remote = engines.remote(opts.engine)
     if questions is not None:
         validated_questions(questions)
     if not 0.0 <= target_error <= 1.0:
         raise JobInputError("--target-error must be in [0, 1], got %r" % target_error)
     source = Source(labeled)
-    agent = load_agent(opts, device="cpu" if opts.engine == "ray" else None)
-    got, signum = collect(agent, opts, questions, source, err)
+    # A remote's workers answer on the CPU; this agent's calibration must be the one they load.
+    agent = load_agent(opts, device="cpu" if remote is not None else None)
+    got, signum = collect(agent, opts, questions, source, err, remote)
     if signum is not None:
         print("kime calibrate: stopped before every row was scored; nothing was written",
               file=err)

@@ -1,7 +1,8 @@
 """`kime score` and `kime calibrate`: their flags, and the handlers `kime.cli` runs.
 
 `kime.cli` adds these with `add_commands(sub)`; what a handler raises is mapped to an exit code
-there (a bad input, output or flag is a `JobInputError`, exit 2).
+there (a bad input, output or flag is a `JobInputError`, exit 2). The handlers pick the engine
+`--engine` names (`engines.remote`: this process, or Ray's actors) and hand it to the job.
 """
 from __future__ import annotations
 
@@ -39,17 +40,20 @@ def _engine(args: argparse.Namespace) -> Any:
 
 
 def _score(args: argparse.Namespace) -> int:
+    from .engines import remote
     from .job import score_job
 
     return score_job(_engine(args), _questions(args.questions), args.input, args.output,
-                     resume=args.resume)
+                     resume=args.resume, remote=remote(args.engine))
 
 
 def _calibrate(args: argparse.Namespace) -> int:
     from .calibrate import calibrate_job
+    from .engines import remote
 
     return calibrate_job(_engine(args), _questions(args.questions), args.labeled, args.output,
-                         plot=args.plot, target_error=args.target_error)
+                         plot=args.plot, target_error=args.target_error,
+                         remote=remote(args.engine))
 
 
 def _engine_arguments(p: argparse.ArgumentParser) -> None:
@@ -65,8 +69,8 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    "for the local engine (0: every core; Ray: the node's cores / actors)")
     p.add_argument("--batch-size", type=int, default=256, help="rows per chunk: written, fsynced "
                    "and sent to an actor together (default 256)")
-    p.add_argument("--precision", default=None, help="auto (default), f32, int8 or bf16 on the CPU, "
-                   "f16 or f32 on a GPU")
+    p.add_argument("--precision", default=None, help="auto (default), f32, int8 or bf16 on the "
+                   "CPU, f16 or f32 on a GPU")
     p.add_argument("--calibration", default=None, help="a calibration file to answer with")
     p.add_argument("--questions", "-q", default=None, help="JSON file {id: question}: the "
                    "questions for rows that bring none")

@@ -1,6 +1,7 @@
 """A `kime score` run from start to end: open the input and the output (resuming it), start the
-engine -- this process's, or actors on a Ray cluster (`kime.ray`) -- and write the chunks it
-answers as they complete, with a progress bar, until the input ends or a signal asks to stop.
+engine -- this process's, or a `Remote` such as actors on a Ray cluster (`kime.jobs.on_ray`,
+picked by `jobs.cli` and handed down) -- and write the chunks it answers as they complete, with
+a progress bar, until the input ends or a signal asks to stop.
 
 Signals follow uvicorn's pattern: the first SIGINT or SIGTERM asks the run to stop, so the
 chunks in flight finish and are written and the process exits with 128 + the signal's number;
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, TextIO
 
 from ..request import validated_questions
-from .options import EngineOptions, Produced, load_agent
+from . import engines
+from .options import EngineOptions, Produced, Remote, load_agent
 from .score import RowScorer, chunked, pipelined
 from .sink import Sink, Skip, open_sink
 from .source import Source
@@ -112,9 +114,12 @@ def _local(opts: EngineOptions, questions: Optional[Dict[Any, Any]], source: Sou
 
 def score_job(opts: EngineOptions, questions: Optional[Dict[Any, Any]], input_path: str,
               output_path: str, resume: bool = False, out: TextIO = sys.stdout,
-              err: TextIO = sys.stderr) -> int:
-    """Run `kime score`; returns the exit status (0, or 128 + a signal that stopped it)."""
+              err: TextIO = sys.stderr, remote: Optional[Remote] = None) -> int:
+    """Run `kime score`; returns the exit status (0, or 128 + a signal that stopped it).
+    `remote` answers the rows outside this process; None: the engine `opts.engine` names."""
     opts.check()
+    if remote is None:
+        remote = engines.remote(opts.engine)
     if questions is not None:
         validated_questions(questions)  # a bad question set fails the job, not every row
     source = Source(input_path)
@@ -125,12 +130,10 @@ def score_job(opts: EngineOptions, questions: Optional[Dict[Any, Any]], input_pa
               % (output_path, len(sink.done)), file=err)
     try:
         total = max(0, source.count() - len(sink.done))
-        if opts.engine == "local":
+        if remote is None:
             produce = _local(opts, questions, source, skip)
-        else:
-            from ..ray import score_chunks
-
-            produce = score_chunks(opts, questions, source, skip)  # joins Ray before the handlers
+        else:  # joins the cluster now, before the handlers
+            produce = remote.score_chunks(opts, questions, source, skip)
         with Stop(err, "kime score") as stop:
             summary = write_all(produce(stop.event), sink, total, err)
     finally:

@@ -1,16 +1,37 @@
 """How an offline job's engine is chosen and sized, shared by `kime score`, `kime calibrate`
-and the Ray actors (`kime.ray`), which all load the model through `load_agent`."""
+and the Ray actors (`kime.jobs.on_ray`), which all load the model through `load_agent`; and
+`Remote`, what a job needs from an engine that answers its rows outside this process."""
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Protocol, Tuple
 
 from ..laya.agent import Agent, load
-from .sink import ScoredRow
-from .source import JobInputError
+from .sink import ScoredRow, Skip
+from .source import JobInputError, Source
 
 Produced = Iterator[Tuple[List[ScoredRow], float]]
 """Completed chunks, each with the wall-clock time its first row was submitted."""
+Logits = Iterator[Tuple[int, Any]]
+"""(row number, its answers as [(question type, logits)], or its error as text), every row."""
+
+
+class Remote(Protocol):
+    """An engine that answers a job's rows elsewhere (`kime.jobs.on_ray`: actors on a Ray
+    cluster). Each call joins the engine at once, before the job installs its signal handlers
+    (`ray.init` installs its own), and returns the producer the job then drives with its stop
+    event. `jobs.engines.remote` picks one for `--engine`; the jobs are handed it."""
+
+    def score_chunks(self, opts: "EngineOptions", questions: Optional[Dict[Any, Any]],
+                     source: Source, skip: Skip) -> Callable[[threading.Event], Produced]:
+        """`kime score`: the producer of scored chunks, less the rows `skip` says are done."""
+        ...
+
+    def logits_producer(self, opts: "EngineOptions", questions: Optional[Dict[Any, Any]],
+                        source: Source) -> Callable[[threading.Event], Logits]:
+        """`kime calibrate`: the producer of every row's raw logits (or its error)."""
+        ...
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """Rows -> results, packed into the engine's shared batches: what `kime score` runs on one
-machine and what every Ray actor runs (`kime.ray.Scorer`).
+machine and what every Ray actor runs (`on_ray.Scorer`, public as `kime.ray.Scorer`).
 
 A row's `result` is exactly what `kime.load(model).predict(state, questions)` returns, built
 the way `predict` builds it: the same validated request, laid out by the engine (the state is
