@@ -17,10 +17,8 @@ import pytest
 import kime
 from kime.laya import long
 
+from .paths import GOLDENS, ROOT
 from .tolerances import LAYA
-
-ROOT = Path(__file__).resolve().parents[1]
-GOLDENS = ROOT / "tests" / "goldens"
 
 
 def _decode(obj: Dict[str, Any]) -> Any:

@@ -3,7 +3,7 @@ checkpoints: what a bare `kime serve` or `--model auto` resolves Laya's default 
 import shutil
 from pathlib import Path
 
-CHECKPOINTS = Path(__file__).resolve().parent / "goldens" / "checkpoints"
+from .paths import CHECKPOINTS
 
 
 def bundle_cache(root: Path) -> Path:

@@ -9,7 +9,6 @@ import dataclasses
 import json
 import math
 import warnings
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -17,9 +16,8 @@ import pytest
 import kime
 from kime.laya import confidence, structured
 
+from .paths import GOLDENS
 from .tolerances import LAYA
-
-GOLDENS = Path(__file__).parent / "goldens"
 
 
 def _decode(obj: Dict[str, Any]) -> Any:

@@ -10,7 +10,7 @@ import pytest
 
 from kime import cli
 
-TINY = Path(__file__).parent / "goldens" / "checkpoints" / "tiny"
+from ..paths import ROOT, TINY
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -203,7 +203,7 @@ def test_entry_point_help():
 def test_bench_runs_a_bench_from_the_checkout(monkeypatch, capsys):
     from kime.cli import main
 
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(ROOT)
     assert main(["bench", "--what", "reference", "--", "--help"]) == 0
     import importlib.util
 

@@ -23,12 +23,13 @@ import kime
 from kime import cli
 from kime.cli.batch_lines import answer_lines
 from kime.laya.router import Router
-from .hub_cache import bundle_cache
 
-ROOT = Path(__file__).resolve().parent.parent
-GOLDENS = ROOT / "tests" / "goldens"
-TINY = str(GOLDENS / "checkpoints" / "tiny")
-ML = str(GOLDENS / "checkpoints" / "multilingual-tiny")
+from .. import paths
+from ..hub_cache import bundle_cache
+from ..paths import GOLDENS, ROOT
+
+TINY = str(paths.TINY)
+ML = str(paths.MULTILINGUAL_TINY)
 SERVE = json.loads((GOLDENS / "serve.json").read_text(encoding="utf-8"))
 QUESTIONS = {
     "intent": {"type": "choice", "instructions": "What does the customer want?",

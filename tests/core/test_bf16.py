@@ -25,8 +25,9 @@ from kime.checkpoint import load_checkpoint
 from kime.precision_gate import builtin_requests, gate
 
 from .test_cpu_backend import QUESTIONS, STATE, _engine, _requests
-from .test_golden import DATA, GOLDENS
-from .tolerances import BF16
+from ..golden_cases import DATA
+from ..paths import GOLDENS
+from ..tolerances import BF16
 
 needs_bf16 = pytest.mark.skipif(_bgemm.missing() is not None,
                                 reason="BF16 does not run here (missing: %s)" % _bgemm.missing())

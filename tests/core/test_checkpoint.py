@@ -17,7 +17,8 @@ from kime.checkpoint import load_checkpoint
 from kime.graph import HEAD_NORM_EPS, Role, rope_half_tables, rope_tables
 from kime.synthetic import SHAPES, graph_of
 
-from .test_golden import DATA, GOLDENS
+from ..golden_cases import DATA
+from ..paths import GOLDENS
 
 
 def _copy(src: Path, dst: Path) -> Path:

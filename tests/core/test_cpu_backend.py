@@ -20,8 +20,9 @@ from kime.buckets import BUCKETS, pick_bucket
 from kime.checkpoint import load_checkpoint
 from kime.graph import ACT_HIDDEN
 
-from .test_golden import DATA, GOLDENS
-from .tolerances import FP32, INT8
+from ..golden_cases import DATA
+from ..paths import GOLDENS
+from ..tolerances import FP32, INT8
 
 QUESTIONS = {
     "team": {"type": "choice", "instructions": "Which team?",
@@ -242,7 +243,7 @@ def test_every_isa_path_matches_the_reference(isa, tmp_path):
 
 def test_golden_rows_compiled_against_reference(pair):
     """Every golden case's rows through both backends (the rows Laya itself recorded)."""
-    from .test_golden import CASES, _rows
+    from ..golden_cases import CASES, case_rows
 
     compiled, reference = pair
     name = [n for n, i in DATA["checkpoints"].items()
@@ -251,7 +252,7 @@ def test_golden_rows_compiled_against_reference(pair):
     for case in CASES:
         if case["error"] or case["checkpoint"] != name:
             continue
-        rows = _rows(agent, case)
+        rows = case_rows(agent, case)
         if not rows:
             continue
         qtypes = [kime.render.QTYPES[qt] for _, qt in rows]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,7 @@ import kime
 from kime import cli
 from kime.precision_gate import TIE_MARGIN, builtin_requests, compare, gate, load_requests
 
-TINY = Path(__file__).parent / "goldens" / "checkpoints" / "tiny"
+from ..paths import TINY
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TOKENIZER = ROOT / "tests" / "goldens" / "checkpoints" / "tiny" / "tokenizer"
+from ..paths import ROOT, TINY
+
+TOKENIZER = TINY / "tokenizer"
 
 CHILD = r"""
 import json, random, sys, threading

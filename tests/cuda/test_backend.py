@@ -16,7 +16,8 @@ from kime.backend import Memory, Precision
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
 
-from ..test_golden import CASES, DATA, GOLDENS, _call, _rows
+from ..golden_cases import CASES, DATA, call_case, case_rows
+from ..paths import GOLDENS
 from ..tolerances import FP16, FP32, LAYA
 
 # Issue 5: FP16's bounds, every argmax the same; FP32 (TF32 off) as the CPU backend. The answer
@@ -65,8 +66,8 @@ def test_golden_parity(agents, case):
     precision, by_name = agents
     agent = by_name[case["checkpoint"]]
     tol = TOL[precision]
-    _assert_close(_call(agent, case), case["result"], tol)
-    rows = _rows(agent, case)
+    _assert_close(call_case(agent, case), case["result"], tol)
+    rows = case_rows(agent, case)
     if not rows:
         return
     outputs = agent.engine.run_rows([r for r, _ in rows],

@@ -16,7 +16,8 @@ from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
 from kime.errors import BackendError
 
-from ..test_golden import DATA, GOLDENS
+from ..golden_cases import DATA
+from ..paths import GOLDENS
 from ..tolerances import FP16, FP32
 from .emulator import FakeCupy, FakeGemm, FakeKernels
 

@@ -17,7 +17,8 @@ from kime._cuda import kernels as cuda_kernels
 from kime._cuda.kernels import Launch
 from kime.checkpoint import load_checkpoint
 
-from ..test_golden import DATA, GOLDENS
+from ..golden_cases import DATA
+from ..paths import GOLDENS
 from .emulator import FakeCupy, FakeGemm
 
 SCALARS = {"int": np.int32, "long long": np.int64, "float": np.float32}

@@ -20,8 +20,9 @@ from kime.jobs.calibrate import calibrate_job, target_from_expected, target_from
 from kime.jobs.options import EngineOptions
 from kime.render import to_question
 
+from ..paths import ORACLE
+
 ROOT = Path(os.path.abspath(kime.__file__)).parents[1]
-ORACLE = Path(__file__).resolve().parents[1] / ".oracle" / "bin" / "python"
 QUESTIONS = {
     "intent": {"type": "choice", "instructions": "What does the customer want?",
                "criteria": ["refund", "question", "complaint"]},

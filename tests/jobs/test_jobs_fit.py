@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
@@ -15,7 +14,9 @@ from hypothesis import given, strategies as st
 from kime.calibration import TEMP_MAX, TEMP_MIN
 from kime.jobs import fit
 
-GOLDEN = json.loads((Path(__file__).parent / "goldens" / "fit.json").read_text(encoding="utf-8"))
+from ..paths import GOLDENS
+
+GOLDEN = json.loads((GOLDENS / "fit.json").read_text(encoding="utf-8"))
 CASES = {c["name"]: c for c in GOLDEN["cases"]}
 TOL = 1e-3
 

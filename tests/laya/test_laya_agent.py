@@ -22,12 +22,11 @@ import pytest
 import kime
 from kime.laya import hooks as kime_hooks
 
-from . import laya_agent_hooks as hooks_lib
-from .test_golden import _assert_same
+from .. import laya_agent_hooks as hooks_lib
+from ..golden_cases import assert_same
+from ..paths import CHECKPOINTS, GOLDENS
 
-GOLDENS = Path(__file__).parent / "goldens"
-CKPT = {"tiny": GOLDENS / "checkpoints" / "tiny",
-        "multilingual-tiny": GOLDENS / "checkpoints" / "multilingual-tiny"}
+CKPT = {"tiny": CHECKPOINTS / "tiny", "multilingual-tiny": CHECKPOINTS / "multilingual-tiny"}
 
 
 def _decode(obj: Dict[str, Any]) -> Any:
@@ -131,7 +130,7 @@ def test_case(case):
         if case["id"] in FALLBACK_COUNTED:
             assert result["cpu_fallback_count"] == 1 and result["last_fallback_reason"]
             result = dict(result, cpu_fallback_count=0, last_fallback_reason=None)
-        _assert_same(result, want)
+        assert_same(result, want)
     assert log == case["log"]
     # The engine warns about the checkpoint before the Laya layer warns about languages.
     assert sorted(warned) == sorted(_plain(w) for w in case["warnings"])

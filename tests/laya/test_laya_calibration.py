@@ -14,7 +14,7 @@ import pytest
 import kime
 from kime.laya.calibration import Calibration, apply_binning_map, normalise_lang
 
-from .calibration_replay import CASES, GOLDENS, cases, replay
+from ..calibration_replay import CASES, GOLDENS, cases, replay
 
 TINY = str(GOLDENS / "checkpoints" / "tiny")
 EMAIL = "Hi, I was charged twice for my subscription. Please refund the duplicate payment."

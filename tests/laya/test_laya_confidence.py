@@ -13,7 +13,7 @@ import pytest
 import kime
 from kime.laya import confidence as gate
 
-from .laya_replay import load_agents, load_cases, replay
+from ..laya_replay import load_agents, load_cases, replay
 
 CASES = load_cases("confidence.json")
 

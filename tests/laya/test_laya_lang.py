@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -17,7 +16,8 @@ from hypothesis import strategies as st
 
 from kime.laya import lang
 
-GOLDENS = Path(__file__).parent / "goldens"
+from ..paths import GOLDENS
+
 DATA = json.loads((GOLDENS / "lang.json").read_text(encoding="utf-8"))
 STATES: List[Dict[str, Any]] = DATA["states"]
 FIELDS = ["script", "script_profile", "language", "is_english", "language_undecided",

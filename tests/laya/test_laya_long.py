@@ -12,7 +12,7 @@ import pytest
 import kime
 from kime.laya import long
 
-from .calibration_replay import CASES, GOLDENS, cases, replay
+from ..calibration_replay import CASES, GOLDENS, cases, replay
 
 TINY = str(GOLDENS / "checkpoints" / "tiny")
 TEXT = " ".join("Sentence %d says the parcel was late and the customer is unhappy." % i

@@ -17,7 +17,6 @@ import threading
 import time
 import warnings
 import weakref
-from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
@@ -27,14 +26,13 @@ from hypothesis import strategies as st
 import kime
 from kime.laya import Router, RouteDecision
 
-from .test_golden import _assert_same
+from ..golden_cases import assert_same
+from ..paths import CHECKPOINTS, GOLDENS
 
 # the test checkpoints ship odd temperatures on purpose; Laya warns about them too
 pytestmark = pytest.mark.filterwarnings("ignore:.*ships invalid temperatures:RuntimeWarning")
 
-GOLDENS = Path(__file__).parent / "goldens"
-CKPT = {"<tiny>": GOLDENS / "checkpoints" / "tiny",
-        "<ml>": GOLDENS / "checkpoints" / "multilingual-tiny"}
+CKPT = {"<tiny>": CHECKPOINTS / "tiny", "<ml>": CHECKPOINTS / "multilingual-tiny"}
 DATA = json.loads((GOLDENS / "router.json").read_text(encoding="utf-8"))
 ROUTES, CALLS, REFUSALS = DATA["routes"], DATA["calls"], DATA["refusals"]
 MODELS = {"english": str(CKPT["<tiny>"]), "multilingual": str(CKPT["<ml>"]),
@@ -196,7 +194,7 @@ def _call(case: Dict[str, Any]):
 def test_calls_agree_with_laya(case):
     assert case["error"] is None
     result, events, loaded, diagnostics, warned = _call(case)
-    _assert_same(result, case["result"])
+    assert_same(result, case["result"])
     assert events == case["events"]
     assert loaded == case["loaded"]
     assert diagnostics == case["diagnostics"]
@@ -218,7 +216,7 @@ def test_predict_batch_groups_per_checkpoint_and_keeps_the_callers_order():
     for state, result in zip(states, results):
         alone = router.predict(state, Q)
         assert result["routing"] == alone["routing"]
-        _assert_same(result["answers"], alone["answers"])
+        assert_same(result["answers"], alone["answers"])
 
 
 def test_process_default_hooks_fire_once_per_request():
@@ -459,7 +457,7 @@ def test_max_loaded_1_swaps_under_concurrent_load_and_no_call_fails():
     assert len(answers) == 24
     for state, result in answers:
         assert result["routing"]["model"] == ("english" if state == ENGLISH else "multilingual")
-        _assert_same(result["answers"], want[state]["answers"])
+        assert_same(result["answers"], want[state]["answers"])
     assert len(counter.loads) >= 3 and counter.evictions  # it did swap
     assert len(router.loaded) == 1
 

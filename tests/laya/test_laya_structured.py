@@ -17,7 +17,7 @@ import kime
 from kime.laya import structured
 from kime.laya.structured import DecisionResult, SchemaError
 
-from .laya_replay import load_agents, load_cases, replay
+from ..laya_replay import load_agents, load_cases, replay
 
 CASES = load_cases("structured.json")
 

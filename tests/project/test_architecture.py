@@ -15,8 +15,9 @@ import pytest
 
 import kime
 
+from ..paths import TESTS
+
 ROOT = Path(kime.__file__).resolve().parent
-TESTS = Path(__file__).resolve().parent
 
 CORE = ("kime.engine", "kime.executor", "kime.scheduler", "kime.backend", "kime.factory",
         "kime.answers", "kime.calibration", "kime.request", "kime.layout", "kime.render",

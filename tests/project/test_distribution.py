@@ -6,7 +6,6 @@ import json
 import re
 import sys
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 
@@ -14,7 +13,7 @@ import kime
 from kime import cli
 from kime._cuda import device
 
-SOURCE = Path(__file__).resolve().parents[1]
+from ..paths import ROOT as SOURCE
 
 
 def test_version_flag(capsys):

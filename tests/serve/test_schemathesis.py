@@ -10,7 +10,7 @@ pytest.importorskip("uvicorn", reason="kime serve needs its extra: pip install '
 
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-from .test_robustness import TINY, _Server  # noqa: E402
+from .loopback import TINY, LoopbackServer  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def api_schema():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         engine = kime.Kime(TINY, device="cpu", threads=1, answer_cache=0)
-    server = _Server(engine)
+    server = LoopbackServer(engine)
     yield schemathesis.openapi.from_url("http://127.0.0.1:%d/openapi.json" % server.port)
     server.stop()
 

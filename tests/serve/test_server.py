@@ -32,8 +32,10 @@ import kime
 from kime.laya.confidence import with_jev_confidence
 from kime.serve import load_settings
 
-ROOT = Path(__file__).resolve().parent.parent
-TINY = str(ROOT / "tests" / "goldens" / "checkpoints" / "tiny")
+from .. import paths
+
+ROOT = paths.ROOT
+TINY = str(paths.TINY)
 KEYS = ["first-key", "second-key"]
 
 QUESTIONS = {

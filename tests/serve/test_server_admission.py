@@ -3,7 +3,7 @@ is still arriving) until the handler ends, against a real `kime serve` on loopba
 import json
 import socket
 
-from tests.test_server import KEYS, QUESTIONS, Server, _deadline
+from .test_server import KEYS, QUESTIONS, Server, _deadline
 
 
 def _open_post(port: int, body: bytes, send: int) -> socket.socket:

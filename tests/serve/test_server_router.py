@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from .hub_cache import bundle_cache
+from ..hub_cache import bundle_cache
 
 try:
     import fastapi  # noqa: F401
@@ -38,10 +38,10 @@ from kime.laya.router import Router
 from kime.serve import ConfigError, load_settings
 from kime.serve.routing import build_router, names_a_source, resolve_model, split_entry
 
-from .laya_replay import assert_same
+from ..laya_replay import assert_same
 from .test_server import KEYS, ROOT, Client, _deadline, _free_port
 
-GOLDENS = ROOT / "tests" / "goldens"
+from ..paths import GOLDENS
 TINY = str(GOLDENS / "checkpoints" / "tiny")
 ML = str(GOLDENS / "checkpoints" / "multilingual-tiny")
 SERVE = json.loads((GOLDENS / "serve.json").read_text(encoding="utf-8"))
