@@ -1,6 +1,6 @@
 """Hooks written against Laya's protocol alone (duck-typed: no import of laya or kime), shared by
 the oracle script (`tools/goldens_agent.py`, which runs them in the real Laya) and
-`tests/test_laya_agent.py` (which runs the same code in kime), so a golden case proves a hook
+`tests/laya/test_laya_agent.py` (which runs the same code in kime), so a golden case proves a hook
 written for Laya behaves the same here.
 
 `SETUPS[name](log)` returns (extra load kwargs, extra call kwargs); hooks append what they saw

@@ -5,7 +5,7 @@ Run only with the oracle interpreter (the real laya + torch; kime never imports 
     .oracle/bin/python tools/goldens_fit.py
 
 `kime calibrate` fits what `laya.calibrate` fits, without PyTorch (`kime/jobs/fit.py`); this file
-is the reference it is tested against (tests/test_jobs_fit.py, within 1e-3). The records are
+is the reference it is tested against (tests/jobs/test_jobs_fit.py, within 1e-3). The records are
 synthetic and seeded -- logits drawn per bucket, labels drawn from a softmax at a known
 temperature, so every fit has a real optimum to find -- and they are written into the golden
 itself, rounded to 4 decimals, so the test feeds kime exactly the numbers Laya was fed.

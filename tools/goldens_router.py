@@ -141,7 +141,7 @@ def record_routes() -> List[Dict[str, Any]]:
 
 class EventLog:
     """Router-level hook: one line per event with the checkpoint it names. The same class is in
-    tests/test_laya_router.py, so the two runs are compared line for line."""
+    tests/laya/test_laya_router.py, so the two runs are compared line for line."""
 
     def __init__(self) -> None:
         self.lines: List[str] = []

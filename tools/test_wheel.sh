@@ -6,7 +6,7 @@
 #
 # A fresh venv; every C/C++ compiler on PATH shadowed by a script that fails; only binary wheels
 # (`--only-binary :all:`, so nothing can be built either). First without the serve extra (its
-# tests in tests/test_wheel.py only), then with it (the whole suite), each from a copy of tests/
+# tests in tests/project/test_wheel.py only), then with it (the whole suite), each from a copy of tests/
 # (and bench/, which some tests drive) outside the repository, so `import kime` can only find the
 # installed wheel. PYTHON picks the interpreter for the venv (default: python3).
 set -euo pipefail
@@ -51,7 +51,7 @@ import kime
 print("kime %s from %s; import kime: %.2f s" % (kime.__version__, kime.__file__,
                                                 time.perf_counter() - start))
 EOF
-KIME_WHEEL="$wheel" python -m pytest -q -p no:cacheprovider tests/test_wheel.py
+KIME_WHEEL="$wheel" python -m pytest -q -p no:cacheprovider tests/project/test_wheel.py
 
 echo "== the wheel with the serve extra: the whole suite from the installed package"
 install "kime[dev,serve] @ file://$wheel"

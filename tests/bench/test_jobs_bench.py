@@ -1,5 +1,5 @@
 """`python -m bench.score` still runs end to end (a few rows, one repeat, without Ray, which
-tests/test_ray.py covers). Speed is never asserted; this keeps the bench from rotting."""
+tests/jobs/test_ray.py covers). Speed is never asserted; this keeps the bench from rotting."""
 from __future__ import annotations
 
 import json

@@ -22,7 +22,7 @@ try:
     import pydantic  # noqa: F401
     import uvicorn  # noqa: F401
 except ImportError as e:  # pragma: no cover - depends on the environment
-    print("skipping tests/test_server.py: kime serve needs its extra (%s)" % e)
+    print("skipping tests/serve/test_server.py: kime serve needs its extra (%s)" % e)
     pytest.skip("kime serve needs fastapi, uvicorn, pydantic and prometheus_client (pip install "
                 "'kime[serve]'): %s" % e, allow_module_level=True)
 
