@@ -10,10 +10,23 @@ import json
 import os
 import sys
 import warnings
-from typing import Any, Dict, List, Sequence, Type
+from types import FrameType
+from typing import Dict, List, Optional, Sequence, Tuple, Type, TypedDict
 
-Problem = Dict[str, Any]
-"""One validation problem in FastAPI's 422 format: `loc`, `msg`, `type`, `input`."""
+
+class Problem(TypedDict):
+    """One validation problem in FastAPI's 422 format, as the server sends it and Laya's
+    callers read it."""
+
+    loc: List[object]
+    """Where: `["questions", qid, field]`, `["states", i]`, prefixed by a request's index in a
+    batch. A question id is the caller's key as given, so it need not be a string."""
+    msg: str
+    """Laya's message when Laya has one for this problem."""
+    type: str
+    """FastAPI's kind of problem (`missing`, `type_error.dict`, `value_error.too_long`, ...)."""
+    input: object
+    """The offending value, made JSON-safe by `problem`."""
 
 
 class KimeError(Exception):
@@ -36,11 +49,12 @@ class InvalidRequest(KimeError, ValueError):
                 "- " + _where(p) + p["msg"] for p in self.problems)
         super().__init__(text)
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> Dict[str, List[Dict[str, object]]]:
         """The body FastAPI would send with a 422: `{"detail": [problem, ...]}`."""
         return {"detail": [dict(p) for p in self.problems]}
 
-    def __reduce__(self):  # keep pickling (multiprocessing, futures) working
+    def __reduce__(self) -> Tuple[Type["InvalidRequest"], Tuple[List[Problem]]]:
+        # keep pickling (multiprocessing, futures) working
         return (type(self), (self.problems,))
 
 
@@ -113,12 +127,18 @@ class BackendError(KimeError, RuntimeError):
     used after `close()`. Never a user's mistake: it is raised instead of a wrong answer."""
 
 
-def problem(loc: Sequence[Any], msg: str, type_: str, input_: Any) -> Problem:
+def problem(loc: Sequence[object], msg: str, type_: str, input_: object) -> Problem:
     """One problem in FastAPI's format. `input` is made JSON-safe so the 422 body serialises."""
     return {"loc": list(loc), "msg": msg, "type": type_, "input": _json_safe(input_)}
 
 
-def _json_safe(value: Any) -> Any:
+def relocated(p: Problem, prefix: Sequence[object]) -> Problem:
+    """`p` located inside a larger argument (a request's index in a batch, the batch's own
+    place in a call): `prefix` goes before its `loc`; the original is left alone."""
+    return {**p, "loc": list(prefix) + p["loc"]}
+
+
+def _json_safe(value: object) -> object:
     """`value` when strict JSON can carry it, else its repr: a 422 body must serialise even when
     the offending input held NaN, infinity, bytes or an object (strict, because HTTP clients and
     Starlette refuse NaN), or was nested too deeply to encode."""
@@ -138,8 +158,9 @@ _PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
 def warn_caller(message: str, category: Type[Warning] = RuntimeWarning) -> None:
     """Warn at the first frame outside kime, so the warning names the user's line (say, their
     `kime.load(...)`) however deep inside kime it was raised."""
-    level, frame = 2, sys._getframe(1)  # stacklevel 2 is warn_caller's caller, frame 1
+    level = 2  # stacklevel 2 is warn_caller's caller, frame 1
+    frame: Optional[FrameType] = sys._getframe(1)
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
         level += 1
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     warnings.warn(message, category, stacklevel=level)

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .errors import InvalidArgument, InvalidRequest, Problem, problem
-from .render import QTYPES, NOUL_LABELS_ERROR, Question, State, noul_labels, to_question
+from .errors import InvalidArgument, InvalidRequest, Problem, problem, relocated
+from .render import NOUL_LABELS_ERROR, QTYPES, Question, State, noul_labels, to_question
 
 _ADD_TEXT = "add the text the model should answer"
+
+AddProblem = Callable[[Optional[str], str, str, object], None]
+"""`add(field, msg, kind, value)`: records one problem of the question being checked, located
+at its `field` (None: the question itself)."""
 
 
 @dataclass
@@ -33,13 +37,14 @@ class Request:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Request":
-        """Read the wire format `{"state": ..., "questions": {...}}`; problems are listed at once."""
+        """Read the wire format `{"state": ..., "questions": {...}}`; problems are listed at
+        once."""
         if not isinstance(data, Mapping):
             raise InvalidArgument([problem([], "a request must be an object with 'state' and "
                                            "'questions', got %s" % type(data).__name__,
                                            "type_error.dict", data)])
-        problems: List[Problem] = state_problems(data.get("state"), ["state"],
-                                                 present="state" in data and data["state"] is not None,
+        present = "state" in data and data["state"] is not None
+        problems: List[Problem] = state_problems(data.get("state"), ["state"], present=present,
                                                  wire=True)
         questions = data.get("questions", {})
         problems += questions_arg_problems(questions)
@@ -59,7 +64,8 @@ class Request:
 
     def to_dict(self) -> Dict[str, Any]:
         """The wire format, omitting unset overrides."""
-        questions = self.questions.source if isinstance(self.questions, Questions) else self.questions
+        questions = (self.questions.source if isinstance(self.questions, Questions)
+                     else self.questions)
         out: Dict[str, Any] = {"state": self.state, "questions": questions}
         if self.max_len is not None:
             out["max_len"] = self.max_len
@@ -76,12 +82,12 @@ def option_count(qdef: Mapping[str, Any]) -> int:
     return len(crit) if isinstance(crit, (dict, list, tuple)) else 0
 
 
-def check_question(qid: Any, qdef: Any) -> List[Problem]:
+def check_question(qid: object, qdef: object) -> List[Problem]:
     """Every problem with one question, in the order Laya's `_check_question` meets them."""
     out: List[Problem] = []
-    loc: List[Any] = ["questions", qid]
+    loc: List[object] = ["questions", qid]
 
-    def add(field_: Optional[str], msg: str, kind: str, value: Any) -> None:
+    def add(field_: Optional[str], msg: str, kind: str, value: object) -> None:
         out.append(problem(loc + ([field_] if field_ else []), msg, kind, value))
 
     if qid is None:
@@ -132,19 +138,19 @@ def check_question(qid: Any, qdef: Any) -> List[Problem]:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def text_problems(value: Any, loc: Sequence[Any], what: str) -> List[Problem]:
+def text_problems(value: object, loc: Sequence[object], what: str) -> List[Problem]:
     """The rule that every string a model reads is text: a lone UTF-16 surrogate (which JSON's
     `\\udXXX` escapes and Python strings can hold) cannot be encoded or tokenized. Walks dicts
     (keys too) and lists without recursing, so any depth is safe; reports the first one found."""
-    stack = [value]
+    stack: List[object] = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str):
             found = _SURROGATE.search(item)
             if found:
-                return [problem(list(loc), "%s contains an unpaired surrogate (U+%04X) at character "
-                                "%d, which is not text: it cannot be encoded as UTF-8 or "
-                                "tokenized" % (what, ord(found.group()), found.start()),
+                return [problem(list(loc), "%s contains an unpaired surrogate (U+%04X) at "
+                                "character %d, which is not text: it cannot be encoded as UTF-8 "
+                                "or tokenized" % (what, ord(found.group()), found.start()),
                                 "value_error.surrogate", item)]
         elif isinstance(item, dict):
             stack.extend(item.keys())
@@ -154,9 +160,10 @@ def text_problems(value: Any, loc: Sequence[Any], what: str) -> List[Problem]:
     return []
 
 
-def _check_instructions(qid: Any, qdef: Dict[str, Any], add: Any) -> None:
+def _check_instructions(qid: object, qdef: Dict[Any, Any], add: AddProblem) -> None:
     if "instructions" not in qdef:
-        add("instructions", "question %r: no 'instructions'; %s" % (qid, _ADD_TEXT), "missing", None)
+        add("instructions", "question %r: no 'instructions'; %s" % (qid, _ADD_TEXT), "missing",
+            None)
         return
     ins = qdef["instructions"]
     if ins is None:
@@ -170,7 +177,7 @@ def _check_instructions(qid: Any, qdef: Dict[str, Any], add: Any) -> None:
             % (qid, type(ins).__name__), "type_error.instructions", ins)
 
 
-def _check_criteria(qid: Any, qtype: str, crit: Any, add: Any) -> None:
+def _check_criteria(qid: object, qtype: str, crit: object, add: AddProblem) -> None:
     if qtype == "choice":
         if not isinstance(crit, (dict, list)):
             add("criteria", "question %r: a choice question takes 'criteria' as a dict of label -> "
@@ -220,11 +227,12 @@ def _check_criteria(qid: Any, qtype: str, crit: Any, add: Any) -> None:
     elif isinstance(crit, dict):
         keys = {str(k).lower() for k in crit}
         if not keys <= {"true", "false"}:
-            add("criteria", "question %r: a noul question takes 'criteria' keyed only 'true'/'false' "
-                "(either or both, and omitted is fine), got %s. Those keys are the option texts the "
-                "model reads; any other key was silently dropped and replaced with the defaults. If "
-                "you want the answer worded differently, keep 'criteria' keyed 'true'/'false' and "
-                "set 'labels' instead." % (qid, sorted(keys)), "value_error.criteria", crit)
+            add("criteria", "question %r: a noul question takes 'criteria' keyed only "
+                "'true'/'false' (either or both, and omitted is fine), got %s. Those keys are the "
+                "option texts the model reads; any other key was silently dropped and replaced "
+                "with the defaults. If you want the answer worded differently, keep 'criteria' "
+                "keyed 'true'/'false' and set 'labels' instead." % (qid, sorted(keys)),
+                "value_error.criteria", crit)
 
 
 def check_questions(questions: Dict[Any, Any]) -> Tuple[List[Question], List[Problem]]:
@@ -245,7 +253,8 @@ class Questions:
     items: Tuple[Question, ...]
 
 
-def questions_arg_problems(questions: Any, loc: Sequence[Any] = ("questions",)) -> List[Problem]:
+def questions_arg_problems(questions: object,
+                           loc: Sequence[object] = ("questions",)) -> List[Problem]:
     """The rule that `questions` is a dict of question id -> definition."""
     if isinstance(questions, (dict, Questions)):
         return []
@@ -253,18 +262,18 @@ def questions_arg_problems(questions: Any, loc: Sequence[Any] = ("questions",)) 
                     % type(questions).__name__, "type_error.dict", questions)]
 
 
-def validated_questions(questions: Any, loc: Sequence[Any] = ()) -> Questions:
+def validated_questions(questions: Any, loc: Sequence[object] = ()) -> Questions:
     """`questions` checked once, for every request that shares it; raises listing every problem
     (`InvalidArgument` when it is not a dict at all)."""
     if isinstance(questions, Questions):
         return questions
     raise_if([], questions_arg_problems(questions, list(loc) + ["questions"]))
     items, problems = check_questions(questions)
-    raise_if([dict(p, loc=list(loc) + p["loc"]) for p in problems])
+    raise_if([relocated(p, loc) for p in problems])
     return Questions(source=questions, items=tuple(items))
 
 
-def state_problems(state: Any, loc: Sequence[Any], present: bool = True,
+def state_problems(state: object, loc: Sequence[object], present: bool = True,
                    wire: bool = False) -> List[Problem]:
     """The rule for a state: not None (Laya's wording), on the wire a string, dict or list (a
     Python caller's other values are serialised as JSON, as Laya does), and text throughout."""
@@ -277,7 +286,7 @@ def state_problems(state: Any, loc: Sequence[Any], present: bool = True,
     return text_problems(state, loc, "state")
 
 
-def budget_problems(key: str, value: Any, loc: Sequence[Any]) -> List[Problem]:
+def budget_problems(key: str, value: object, loc: Sequence[object]) -> List[Problem]:
     """The rule for `max_len` and `head_max_len`: unset, or a positive integer."""
     if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
         return []
@@ -306,7 +315,7 @@ def validate(requests: Sequence[Request], indexed: bool = False) -> List[Questio
     arg_problems: List[Problem] = []
     seen: Dict[int, Questions] = {}
     for i, req in enumerate(requests):
-        prefix: List[Any] = [i] if indexed else []
+        prefix: List[object] = [i] if indexed else []
         arg_problems += state_problems(req.state, prefix + ["state"])
         for key in ("max_len", "head_max_len"):
             arg_problems += budget_problems(key, getattr(req, key), prefix + [key])
@@ -321,13 +330,14 @@ def validate(requests: Sequence[Request], indexed: bool = False) -> List[Questio
                 qs = req.questions
             else:
                 items, found = check_questions(req.questions)
-                problems += [dict(p, loc=prefix + p["loc"]) for p in found]
+                problems += [relocated(p, prefix) for p in found]
                 qs = Questions(source=req.questions, items=tuple(items))
             seen[id(req.questions)] = qs
         elif not qs.items and qs.source:
-            # The same invalid dict in another request: its problems, located there too.
-            _, found = check_questions(req.questions)  # type: ignore[arg-type]
-            problems += [dict(p, loc=prefix + p["loc"]) for p in found]
+            # The same invalid dict in another request (`qs.source` is that dict): its problems,
+            # located there too.
+            _, found = check_questions(qs.source)
+            problems += [relocated(p, prefix) for p in found]
         out.append(qs)
     raise_if(problems, arg_problems)
     return out
