@@ -8,12 +8,13 @@ format: Laya's dicts (rounding, `model`, confidence keys) are `kime.laya.wire`'s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Union
+from typing import Dict, List
 
 import numpy as np
 
 from .errors import NonFiniteLogits
-from .render import Question
+from .layout import CollapsedOptions
+from .render import Label, Question, QuestionId
 
 
 @dataclass
@@ -41,7 +42,7 @@ class Answer:
         return int(self.probabilities.shape[0])
 
     @property
-    def value(self) -> Any:
+    def value(self) -> Label:
         """The choice label, the expected score level, or P(true)."""
         p = self.probabilities
         if self.type == "choice":
@@ -81,8 +82,8 @@ class Usage:
     input_tokens: int = 0
     state_tokens: int = 0
     state_tokens_dropped: int = 0
-    truncated_questions: List[Union[str, int]] = field(default_factory=list)
-    options: Dict[Any, Dict[str, Optional[int]]] = field(default_factory=dict)
+    truncated_questions: List[QuestionId] = field(default_factory=list)
+    options: Dict[QuestionId, CollapsedOptions] = field(default_factory=dict)
 
     @property
     def truncated(self) -> bool:
@@ -93,8 +94,8 @@ class Usage:
 class Response:
     """The answers to one request, by question id in request order, and the usage."""
 
-    answers: Dict[Any, Answer]
+    answers: Dict[QuestionId, Answer]
     usage: Usage
 
-    def __getitem__(self, qid: Any) -> Answer:
+    def __getitem__(self, qid: QuestionId) -> Answer:
         return self.answers[qid]

@@ -9,7 +9,7 @@ do not fit is an error for the whole call, whatever the state.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, TypedDict
 
 from .cache import LRU
 from .errors import InvalidArgument, Problem, TooLong, problem
@@ -23,6 +23,15 @@ MIN_OPTION_TOKENS = 4
 MIN_HEAD_TOKENS = 8
 
 
+class CollapsedOptions(TypedDict):
+    """Laya's `usage.options` entry for a question whose options were cut until some of them
+    share one token span (the model can no longer tell those apart)."""
+
+    total: int
+    distinct: int
+    tokens_per_option: Optional[int]
+
+
 @dataclass(frozen=True)
 class Head:
     """The question half of a row: ids up to and including the [SEP] after the options."""
@@ -33,7 +42,7 @@ class Head:
     options_distinct: int
     tokens_per_option: Optional[int]
 
-    def collapsed(self) -> Optional[Dict[str, Optional[int]]]:
+    def collapsed(self) -> Optional[CollapsedOptions]:
         """Laya's `usage.options` entry when options lost their own token span, else None."""
         if self.options_distinct < self.options:
             return {"total": self.options, "distinct": self.options_distinct,
@@ -66,11 +75,12 @@ def build_head(tok: Tokenizer, q: Question, head_max_len: int) -> Head:
     room = head_max_len - sum(len(o) for o in option_ids)
     per_option = None
     if room < MIN_OPTION_ROOM:
-        per_option = max(MIN_OPTION_TOKENS, (head_max_len - MIN_OPTION_ROOM) // max(1, len(option_ids)))
+        per_option = max(MIN_OPTION_TOKENS,
+                         (head_max_len - MIN_OPTION_ROOM) // max(1, len(option_ids)))
         option_ids = [o[:per_option] for o in option_ids]
         room = head_max_len - sum(len(o) for o in option_ids)
     ids = [tok.cls_id] + head_ids[:max(MIN_HEAD_TOKENS, room)] + [tok.sep_id]
-    markers = []
+    markers: List[int] = []
     for o in option_ids:
         markers.append(len(ids))
         ids.extend(o)
@@ -85,7 +95,8 @@ def fitting_markers(head: Head, max_len: int) -> int:
     return sum(1 for m in head.markers if m < max_len)
 
 
-def build_row(head: Head, state_ids: Sequence[int], max_len: int, keep_end: bool, sep_id: int) -> Row:
+def build_row(head: Head, state_ids: Sequence[int], max_len: int, keep_end: bool,
+              sep_id: int) -> Row:
     """Append as much of the state as fits, keeping its start (or its end for a conversation)."""
     room = max(0, max_len - len(head.ids) - 1)
     n = len(state_ids)
@@ -131,7 +142,7 @@ class Layouter:
         return head
 
     def heads(self, questions: Sequence[Question], head_max_len: int, max_len: int,
-              loc: Sequence[Any] = (), cache: bool = True) -> List[Head]:
+              loc: Sequence[object] = (), cache: bool = True) -> List[Head]:
         """Each question's head; raises `TooLong` naming every question whose markers do not fit
         (Laya refuses those too, whatever the state)."""
         heads = [self.head(q, head_max_len, cache) for q in questions]
@@ -149,7 +160,7 @@ class Layouter:
             raise TooLong(problems)
         return heads
 
-    def state_ids(self, state: State, loc: Sequence[Any] = ("state",)) -> List[int]:
+    def state_ids(self, state: State, loc: Sequence[object] = ("state",)) -> List[int]:
         """The state's ids, tokenized once for all its questions (mask text blanked)."""
         try:
             text = serialize_state(state)
@@ -168,7 +179,7 @@ class Layouter:
                 self.head_max_len if head_max_len is None else head_max_len)
 
     def job(self, state: State, questions: List[Question], heads: List[Head], max_len: int,
-            loc: Sequence[Any] = ()) -> Job:
+            loc: Sequence[object] = ()) -> Job:
         """One state against heads already built: a row per question. A conversation (a list
         state) keeps its end when cut, anything else its start."""
         if not questions:

@@ -8,9 +8,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 State = Union[str, Dict[str, Any], List[Any]]
+"""What a question is asked about: text, or a dict or list the model reads as JSON."""
+QuestionId = Union[str, int]
+"""A validated question's id: the caller's key (a non-empty string or an integer), which also
+keys its answer."""
+Label = Union[str, int, float, bool]
+"""A choice option's label: the answer key as the caller wrote it, rendered as its `str()`."""
+Criteria = Union[Dict[Label, Any], List[Any], None]
+"""A question's criteria as `to_question` leaves them: label -> description (None for none) for a
+choice, the level descriptions for a score, and `"false"`/`"true"` -> description, or None, for
+a noul. A description is any JSON value."""
 
 QTYPES: Dict[str, int] = {"choice": 0, "score": 1, "noul": 2}
 QTYPE_NAMES: Dict[int, str] = {v: k for k, v in QTYPES.items()}
@@ -21,13 +31,14 @@ NOUL_DEFAULT_TRUE = "yes, the statement holds"
 
 
 def serialize_state(state: State) -> str:
-    """A string state as is; a dict or list as JSON with non-ASCII kept (Laya's `serialize_state`)."""
+    """A string state as is; a dict or list as JSON with non-ASCII kept (Laya's
+    `serialize_state`)."""
     if isinstance(state, str):
         return state
     return json.dumps(state, ensure_ascii=False)
 
 
-def render_criterion(value: Any) -> str:
+def render_criterion(value: object) -> str:
     """A description as text: strings pass through, anything else is single-line JSON with the
     default `", "` / `": "` separators, so a structured rubric reads as JSON, not a Python repr."""
     if isinstance(value, str):
@@ -35,12 +46,12 @@ def render_criterion(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
 
 
-def render_instructions(ins: Any) -> str:
+def render_instructions(ins: object) -> str:
     """Instructions as text. Structured instructions are JSON with non-ASCII kept."""
     return ins if isinstance(ins, str) else json.dumps(ins, ensure_ascii=False)
 
 
-def noul_labels(labels: Any = None) -> Tuple[str, str]:
+def noul_labels(labels: object = None) -> Tuple[str, str]:
     """The (false, true) label texts, stripped. Raises ValueError with Laya's message."""
     if labels is None:
         return "false", "true"
@@ -64,10 +75,10 @@ class Question:
     `"false"`/`"true"` (or None) for a noul. `order` is the option in each slot, or None.
     """
 
-    id: Union[str, int]
+    id: QuestionId
     qtype: str
     instructions: str
-    crit: Any
+    crit: Criteria
     labels: Optional[Dict[str, str]] = None
     order: Optional[Tuple[int, ...]] = None
 
@@ -77,19 +88,29 @@ class Question:
 
     @property
     def n_options(self) -> int:
-        return 2 if self.qtype == "noul" else len(self.crit)
+        return 2 if self.qtype == "noul" else len(self.crit or ())
 
-    def labels_out(self) -> List[Any]:
+    def labels_out(self) -> List[Label]:
         """The answer keys of a choice, in the caller's option order (their original types)."""
+        if not isinstance(self.crit, dict):
+            raise TypeError("question %r: a %s question has no choice labels"
+                            % (self.id, self.qtype))
         return list(self.crit.keys())
 
+    def levels(self) -> List[Any]:
+        """A score's level descriptions, level 0 first."""
+        if not isinstance(self.crit, list):
+            raise TypeError("question %r: a %s question has no score levels"
+                            % (self.id, self.qtype))
+        return self.crit
 
-def to_question(qid: Union[str, int], qdef: Dict[str, Any]) -> Question:
+
+def to_question(qid: QuestionId, qdef: Mapping[str, Any]) -> Question:
     """Normalise a definition that passed validation (Laya's `Agent._to_internal`)."""
     qtype = qdef["type"]
     crit = qdef.get("criteria")
     if qtype == "choice" and isinstance(crit, list):
-        crit = {c: None for c in crit}
+        crit = dict.fromkeys(crit)
     elif qtype == "noul" and isinstance(crit, dict):
         crit = {str(k).lower(): v for k, v in crit.items()}
     order = qdef.get("option_order")
@@ -104,14 +125,17 @@ def to_question(qid: Union[str, int], qdef: Dict[str, Any]) -> Question:
 
 
 def render_options(q: Question) -> List[str]:
-    """Option texts in option (not slot) order. A noul is always [false, true]."""
+    """Option texts in option (not slot) order. A noul is always [false, true]. Validation
+    gave each type its shape of criteria (`Criteria`)."""
     if q.qtype == "choice":
+        assert isinstance(q.crit, dict)
         # `str(label)` even without a description: an int label is rendered as its digits.
         return [str(k) if v is None or v == "" else "%s: %s" % (k, render_criterion(v))
                 for k, v in q.crit.items()]
     if q.qtype == "score":
-        return ["level %d: %s" % (i, render_criterion(c)) for i, c in enumerate(q.crit)]
+        return ["level %d: %s" % (i, render_criterion(c)) for i, c in enumerate(q.levels())]
     crit = q.crit or {}
+    assert isinstance(crit, dict)
     false_label, true_label = noul_labels(q.labels)
     false_crit, true_crit = crit.get("false"), crit.get("true")
     return [
