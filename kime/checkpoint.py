@@ -31,8 +31,10 @@ class AgentConfig:
     n_act: int
     max_len: int
     head_max_len: int
-    temperature: Any
-    temperature_by_options: Any
+    temperature: object
+    """As written: `kime.calibration.Temperatures` checks it (three floats)."""
+    temperature_by_options: object
+    """As written: `Temperatures` checks it (a dict of bucket -> temperature)."""
     raw: Dict[str, Any] = field(repr=False)
 
 
@@ -85,9 +87,9 @@ def read_agent_config(path: str) -> AgentConfig:
                               % (cfg_path, layout))
     if layout == "parallel":
         raise Unsupported(
-            "%s uses option_layout='parallel' (every option at the same positions, masked from each "
-            "other); kime runs the sequential layout that every published checkpoint uses, and "
-            "does not run parallel-layout checkpoints yet" % cfg_path)
+            "%s uses option_layout='parallel' (every option at the same positions, masked from "
+            "each other); kime runs the sequential layout that every published checkpoint uses, "
+            "and does not run parallel-layout checkpoints yet" % cfg_path)
     act_costs = cfg.get("act_costs", {})
     if not isinstance(act_costs, dict):
         raise CheckpointError("%s: act_costs must be a dict, got %r" % (cfg_path, act_costs))
@@ -204,7 +206,8 @@ class Weights(Mapping[str, np.ndarray]):
         if name not in self._shapes:
             raise KeyError(name)
         with safe_open(self.path, framework="numpy") as f:
-            return f.get_tensor(name)
+            tensor: np.ndarray = f.get_tensor(name)  # safetensors types it as Any
+            return tensor
 
     def fresh(self, name: str) -> np.ndarray:
         return np.ascontiguousarray(self.raw(name), dtype=np.float32)
@@ -222,7 +225,8 @@ def _check_extent(weights_path: str) -> None:
             head = f.read(8)
             if len(head) < 8:
                 raise CheckpointError("%s is %d bytes long: too short for a safetensors header; "
-                                      "the file is truncated, fetch it again" % (weights_path, size))
+                                      "the file is truncated, fetch it again"
+                                      % (weights_path, size))
             (n,) = struct.unpack("<Q", head)
             if n > size - 8:
                 raise CheckpointError("%s: its header claims %d bytes but the file holds %d; the "
@@ -230,7 +234,8 @@ def _check_extent(weights_path: str) -> None:
             header = json.loads(f.read(n))
     except (OSError, ValueError) as e:
         raise CheckpointError("%s does not read as safetensors: its header is not valid JSON "
-                              "(%s); the file is corrupted, fetch it again" % (weights_path, e)) from e
+                              "(%s); the file is corrupted, fetch it again"
+                              % (weights_path, e)) from e
     available = size - 8 - n
     if not isinstance(header, dict):
         raise CheckpointError("%s does not read as safetensors: its header is not a JSON object"
@@ -283,7 +288,8 @@ def load_weights(path: str, graph: Graph) -> Weights:
             if name in expected:
                 shape = tuple(f.get_slice(name).get_shape())
                 if shape != expected[name]:
-                    problems.append("%s: expected shape %s, found %s" % (name, expected[name], shape))
+                    problems.append("%s: expected shape %s, found %s"
+                                    % (name, expected[name], shape))
     if problems:
         raise CheckpointError("%s does not match its config:\n  - %s"
                               % (weights_path, "\n  - ".join(problems)))

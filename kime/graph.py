@@ -380,7 +380,8 @@ def _rope_angles(n: int, head_dim: int, theta: float) -> np.ndarray:
     """[n, head_dim / 2] position-times-frequency angles in FP32, as transformers computes them."""
     f32 = np.float32
     inv_freq = f32(1.0) / (f32(theta) ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
-    return np.arange(n, dtype=f32)[:, None] * inv_freq[None, :]
+    angles: np.ndarray = np.arange(n, dtype=f32)[:, None] * inv_freq[None, :]
+    return angles
 
 
 def rope_tables(n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:

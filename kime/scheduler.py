@@ -53,7 +53,8 @@ class Scheduler:
         self.rows = 0  # rows handed to the runner
         self.dropped = 0  # cancelled before their turn
 
-    def submit(self, rows: Sequence[Row], qtypes: Sequence[int], cache: bool = True) -> "Future[Tuple[RowOutputs, int]]":
+    def submit(self, rows: Sequence[Row], qtypes: Sequence[int],
+               cache: bool = True) -> "Future[Tuple[RowOutputs, int]]":
         """Queue rows; the future gives (outputs per row, backend batches of the merged run)."""
         work = Work(rows, qtypes, cache)
         self._ensure_thread()

@@ -16,12 +16,14 @@ from .errors import TokenizerError
 _ROLES = ("cls_token", "sep_token", "pad_token", "mask_token")
 
 
-def _token_text(value: Any) -> Optional[str]:
+def _token_text(value: object) -> Optional[str]:
     """A special token written as a string or as an `{"content": ...}` object."""
     if isinstance(value, str):
         return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
+    if isinstance(value, dict):
+        content = value.get("content")
+        if isinstance(content, str):
+            return content
     return None
 
 
@@ -54,7 +56,7 @@ class Tokenizer:
         config = _read_json(os.path.join(directory, "tokenizer_config.json"))
         special_map = _read_json(os.path.join(directory, "special_tokens_map.json"))
         texts: Dict[str, str] = {}
-        missing = []
+        missing: List[str] = []
         for role in _ROLES:
             text = _token_text(config.get(role)) or _token_text(special_map.get(role))
             if text is None:
@@ -63,8 +65,8 @@ class Tokenizer:
                 texts[role] = text
         if missing:
             raise TokenizerError(
-                "%s: %s not named in tokenizer_config.json or special_tokens_map.json; Laya's layout "
-                "needs all four of cls, sep, pad and mask" % (directory, ", ".join(missing)))
+                "%s: %s not named in tokenizer_config.json or special_tokens_map.json; Laya's "
+                "layout needs all four of cls, sep, pad and mask" % (directory, ", ".join(missing)))
         ids: Dict[str, int] = {}
         for role, text in texts.items():
             token_id = self._tok.token_to_id(text)
