@@ -21,7 +21,7 @@ from .answers import Response, Usage, make_answer
 from .backend import Backend, Device, Memory, Precision
 from .calibration import Temperatures
 from .checkpoint import Checkpoint, load_checkpoint
-from .errors import InvalidArgument, problem
+from .errors import InvalidArgument, problem, relocated
 from .executor import Executor, RowOutput
 from .factory import check_options, open_backend
 from .layout import Head, Job, Layouter, Row
@@ -249,7 +249,7 @@ def _timing(jobs: Sequence[Job], tokenize: float, device: float, batches: int) -
                   truncated=sum(1 for c in cut if c > 0), cut_tokens=sum(cut))
 
 
-def _as_request(r: Any, index: Optional[int] = None) -> Request:
+def _as_request(r: object, index: Optional[int] = None) -> Request:
     if isinstance(r, Request):
         return r
     if isinstance(r, Mapping):
@@ -258,7 +258,7 @@ def _as_request(r: Any, index: Optional[int] = None) -> Request:
         except InvalidArgument as e:
             if index is None:
                 raise
-            raise InvalidArgument([dict(p, loc=[index] + p["loc"]) for p in e.problems]) from None
+            raise InvalidArgument([relocated(p, [index]) for p in e.problems]) from None
     raise InvalidArgument([problem([] if index is None else [index], "a request is a kime.Request "
                                    "or a dict with 'state' and 'questions', got %s"
                                    % type(r).__name__, "type_error.request", r)])
