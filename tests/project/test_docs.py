@@ -19,7 +19,8 @@ from typing import Dict, List, Set, Tuple
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..paths import ROOT
+
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
 MAP = DOCS / "architecture.md"
