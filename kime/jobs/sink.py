@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, FrozenSet, Hashable, List, Optional, Protocol, Set
 
-from .source import JobInputError, _pyarrow, kind_of
+from .source import JobInputError, kind_of, parquet
 
 PART_PREFIX = "part-"
 _TMP_PREFIX = ".part-"
@@ -132,7 +132,7 @@ class ParquetSink:
 
     def __init__(self, path: str, resume: bool, id_is_int: bool):
         self.path = path
-        self._pq = _pyarrow()
+        self._pq = parquet()
         import pyarrow as pa
 
         self._pa = pa
@@ -210,7 +210,7 @@ def read_output(path: str) -> List[dict]:
     if kind_of(path, "output") == "jsonl":
         with open(path, encoding="utf-8") as f:
             return [json.loads(line) for line in f if line.strip()]
-    pq = _pyarrow()
+    pq = parquet()
     out: List[dict] = []
     for part in sorted(glob.glob(os.path.join(path, PART_PREFIX + "*.parquet"))):
         for row in pq.read_table(part).to_pylist():

@@ -170,7 +170,9 @@ def _count_lines(path: str) -> int:
 # --- Parquet --------------------------------------------------------------------------------
 
 
-def _pyarrow() -> Any:
+def parquet() -> Any:
+    """`pyarrow.parquet`, imported when a job first meets Parquet (input or output), or the
+    `JobInputError` that says which extra brings it."""
     try:
         import pyarrow.parquet as pq
     except ImportError as e:
@@ -204,7 +206,7 @@ def parquet_id_is_int(path: str) -> bool:
     """Whether a Parquet input's `id` column holds integers (its output keeps them integers)."""
     import pyarrow as pa
 
-    pq = _pyarrow()
+    pq = parquet()
     schema = pq.ParquetFile(parquet_files(path)[0]).schema_arrow
     return "id" in schema.names and pa.types.is_integer(schema.field("id").type)
 
@@ -235,7 +237,7 @@ def _batches_rows(batches: Iterator[Any], first: int) -> Iterator[InputRow]:
 
 
 def _parquet_rows(files: List[str], batch_rows: int) -> Iterator[InputRow]:
-    pq = _pyarrow()
+    pq = parquet()
     first = 1
     for path in files:
         reader = pq.ParquetFile(path)
@@ -266,7 +268,7 @@ def read_split(split: Split, skip: Optional[Callable[[Any], bool]] = None) -> Li
         rows: Iterator[InputRow] = _jsonl_rows(split.path, split.start, split.size,
                                                split.first_row)
     else:
-        pq = _pyarrow()
+        pq = parquet()
         table = pq.ParquetFile(split.path).read_row_group(
             split.start, columns=_parquet_columns(pq, split.path))
         rows = _batches_rows(iter(table.to_batches()), split.first_row)
@@ -286,7 +288,7 @@ class Source:
             raise JobInputError("input %s is a directory; give a JSONL file" % path)
         self.files = parquet_files(path) if self.kind == "parquet" else [path]
         if self.kind == "parquet":
-            pq = _pyarrow()
+            pq = parquet()
             for f in self.files:
                 _parquet_columns(pq, f)
 
@@ -294,7 +296,7 @@ class Source:
         """Rows in the input (for JSONL, its lines: a blank line is counted but not a row)."""
         if self.kind == "jsonl":
             return _count_lines(self.path)
-        pq = _pyarrow()
+        pq = parquet()
         return sum(pq.ParquetFile(f).metadata.num_rows for f in self.files)
 
     def rows(self, batch_rows: int = 1024) -> Iterator[InputRow]:
@@ -311,7 +313,7 @@ class Source:
         groups."""
         if self.kind == "jsonl":
             return _jsonl_splits(self.path, target_bytes)
-        pq = _pyarrow()
+        pq = parquet()
         out: List[Split] = []
         first = 1
         for f in self.files:
