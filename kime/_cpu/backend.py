@@ -57,6 +57,21 @@ def check_bf16() -> None:
         raise Unsupported("precision='bf16' cannot run here: %s; use 'f32' or 'int8'" % why)
 
 
+def kernels_report() -> Dict[str, object]:
+    """What this build's CPU kernels run on this machine, for `kime doctor` (through
+    `kime.factory.backend_report`, so nothing outside `_cpu` imports the compiled modules): the
+    ISA, the INT8 kernel set and the KIME_QGEMM cap asked for, why BF16 cannot run (None: it
+    can) and its kernels, and whether the build has OpenMP. Raises what a broken build raises
+    on import; the caller reports it."""
+    from . import _bgemm, _forward, _ops, _qgemm
+
+    missing = bf16_missing()
+    return {"isa": _forward.isa_name(_forward.isa_detect()), "int8_kernels": _qgemm.impl_name(),
+            "kime_qgemm_env": os.environ.get("KIME_QGEMM"), "bf16_missing": missing,
+            "bf16_kernels": _bgemm.KERNELS if missing is None else None,
+            "openmp": bool(_ops.has_openmp())}
+
+
 def _closed(what: str) -> BackendError:
     return BackendError("the %s was closed (its weights and plans are freed); load the model "
                         "again to run it" % what)
