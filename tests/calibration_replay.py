@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import pytest
 
@@ -147,7 +147,9 @@ def replay(case: Dict[str, Any], tmp: Path) -> None:
             assert p.states == st["windows"], where + ": the window texts differ from Laya's"
 
 
-def cases(long_ones: bool) -> List[Any]:
-    """The golden cases of one file: `predict_long`'s or the calibration ones."""
+def cases(long_ones: bool, slow: Sequence[str] = ()) -> List[Any]:
+    """The golden cases of one file: `predict_long`'s or the calibration ones; those named in
+    `slow` marked slow."""
     picked = [c for c in CASES if c["id"].startswith("long_") == long_ones]
-    return [pytest.param(c, id=c["id"]) for c in picked]
+    return [pytest.param(c, id=c["id"], marks=pytest.mark.slow if c["id"] in slow else ())
+            for c in picked]

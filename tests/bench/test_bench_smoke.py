@@ -53,6 +53,7 @@ def test_workloads_match_their_definitions(bench_checkpoint: str) -> None:
     assert sorted(kinds) == ["choice", "noul", "noul", "score", "score"]
 
 
+@pytest.mark.slow  # the bench end to end
 def test_bench_runs_without_peers(bench_checkpoint: str, tmp_path: Path,
                                   capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "report.json"

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench import score as bench_score
 
 
+@pytest.mark.slow  # the score bench end to end
 def test_bench_score_runs(tmp_path, capsys):
     out = tmp_path / "score.json"
     assert bench_score.main(["--rows", "24", "--repeats", "1", "--engines", "loop,local",

@@ -10,6 +10,7 @@ import pytest
 _MISSING = [m for m in ("fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
 
 
+@pytest.mark.slow  # two kime serve processes under load
 @pytest.mark.skipif(bool(_MISSING), reason="kime serve needs %s (pip install 'kime[serve]')"
                     % " and ".join(_MISSING))
 def test_load_bench_tiny(tmp_path):

@@ -241,6 +241,7 @@ def test_every_isa_path_matches_the_reference(isa, tmp_path):
             np.testing.assert_allclose(logits, want[qid].logits, **FP32.logits.kw)
 
 
+@pytest.mark.slow  # every golden case through two backends
 def test_golden_rows_compiled_against_reference(pair):
     """Every golden case's rows through both backends (the rows Laya itself recorded)."""
     from ..golden_cases import CASES, case_rows

@@ -139,6 +139,7 @@ def test_request_files(tmp_path):
         load_requests(str(tmp_path / "missing.json"))
 
 
+@pytest.mark.slow  # 30 requests at FP32 and INT8, packing INT8 first
 def test_gate_end_to_end_on_the_golden_tiny_checkpoint(monkeypatch, tmp_path):
     monkeypatch.setenv("KIME_CACHE", str(tmp_path))
     with warnings.catch_warnings():

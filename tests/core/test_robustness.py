@@ -32,6 +32,7 @@ def engine() -> kime.Kime:
         return kime.Kime(TINY, device="cpu", threads=1, answer_cache=0)
 
 
+@pytest.mark.slow  # hypothesis: a few hundred requests
 @RUN
 @given(requests())
 def test_engine_answers_or_refuses_clearly(engine, request):
@@ -45,6 +46,7 @@ def test_engine_answers_or_refuses_clearly(engine, request):
             assert all(math.isfinite(float(p)) for p in answer.probabilities)
 
 
+@pytest.mark.slow  # hypothesis: a few hundred requests
 @RUN
 @given(st.one_of(TEXT, ODD), QUESTIONS, BUDGET, BUDGET)
 def test_laya_api_answers_or_refuses_clearly(engine, state, questions, max_len, head_max_len):
@@ -58,6 +60,7 @@ def test_laya_api_answers_or_refuses_clearly(engine, state, questions, max_len, 
         json.dumps(result)
 
 
+@pytest.mark.slow  # hypothesis: a few hundred batches
 @RUN
 @given(st.one_of(st.lists(st.one_of(TEXT, ODD), max_size=4), JSON), QUESTIONS)
 def test_laya_batch_api_answers_or_refuses_clearly(engine, states, questions):
@@ -117,6 +120,7 @@ MIN_CONFIDENCE = st.one_of(
 COUNT = st.one_of(st.none(), st.integers(-3, 40), JSON)
 
 
+@pytest.mark.slow  # hypothesis: a few hundred batches
 @RUN
 @given(st.one_of(st.lists(st.one_of(WORDS, TEXT), min_size=1, max_size=3), JSON),
        st.dictionaries(WORDS, WELL_FORMED, min_size=1, max_size=3), LANG, MIN_CONFIDENCE, COUNT,
@@ -138,6 +142,7 @@ def test_laya_call_arguments_answer_or_refuse_clearly(engine, states, questions,
         json.dumps(results)
 
 
+@pytest.mark.slow  # hypothesis: long states, many windows each
 @settings(RUN, max_examples=max(60, RUN.max_examples // 50))  # a long state is many windows
 @given(st.one_of(WORDS.map(lambda w: (w + " ") * 60), TEXT, JSON,  # not ODD's 120,000 chars:
                  st.integers(1, 200).map(nested)),                # hundreds of windows each

@@ -12,6 +12,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from ..paths import ROOT, TINY
 
 TOKENIZER = TINY / "tokenizer"
@@ -65,6 +67,8 @@ def _growth(which: str, threads: int) -> int:
     return json.loads(out.stdout.strip().splitlines()[-1])["growth_kb"]
 
 
+@pytest.mark.slow  # two fresh processes tokenize on 32 threads each
+@pytest.mark.timeout(600)  # its own: over a minute on a shared machine
 def test_tokenizing_on_32_threads_costs_about_what_2_do():
     """What 30 more tokenizing threads add to RSS: kime's tokenizer against the library's own
     `encode` (measured on a 2-core Zen: about 8 MB against 38 MB)."""

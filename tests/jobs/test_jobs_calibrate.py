@@ -79,6 +79,7 @@ def calibrated(labeled, tiny_path, tmp_path_factory):
     return out, plot, done.stdout
 
 
+@pytest.mark.slow  # its fixture runs kime calibrate in a subprocess
 def test_writes_laya_payload_and_report(calibrated, tiny_path):
     out, plot, stdout = calibrated
     payload = json.loads(out.read_text())
@@ -98,6 +99,7 @@ def test_writes_laya_payload_and_report(calibrated, tiny_path):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow  # its fixture runs kime calibrate in a subprocess
 def test_kime_loads_it_and_answers_with_it(calibrated, tiny_path):
     out, _, _ = calibrated
     payload = json.loads(out.read_text())
@@ -113,6 +115,7 @@ def test_kime_loads_it_and_answers_with_it(calibrated, tiny_path):
     assert all("abstention" in a for a in result["answers"].values())
 
 
+@pytest.mark.slow  # Laya itself in the oracle venv, a subprocess
 @pytest.mark.skipif(not ORACLE.exists(), reason="no oracle venv with laya 0.4.15 (.oracle)")
 def test_laya_loads_it_and_fits_the_same_numbers(calibrated, labeled, tiny_path):
     """laya 0.4.15 loads the file, and fitting on laya's own logits (its torch forward, its

@@ -46,7 +46,8 @@ def test_temperatures_match_laya(name, fitted):
         {k: (v["applied"], v["bound"]) for k, v in case["temperature_clamped"].items()}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "mixed" else n
+                                  for n in sorted(CASES)])  # slow: mixed bins thousands of rows
 def test_binning_thresholds_and_ece_match_laya(name, fitted):
     """On Laya's own fitted temperatures, so a bin or a threshold is compared on identical
     confidences (a 1e-4 difference in T could move one record across a bin edge)."""
@@ -94,6 +95,7 @@ def test_make_record_refuses_what_laya_refuses():
         fit.make_record(3, [0.0], [1.0])
 
 
+@pytest.mark.slow  # hypothesis: a fit per example
 @given(st.lists(st.tuples(st.lists(st.floats(-20, 20), min_size=2, max_size=6),
                           st.integers(0, 5)), min_size=10, max_size=40))
 def test_fitted_temperature_improves_on_the_start(rows):

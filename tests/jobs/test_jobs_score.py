@@ -103,6 +103,7 @@ def check_rows(agent, rows: List[Dict[str, Any]], lines: List[str]) -> None:
         assert got == want, "row %r" % rid
 
 
+@pytest.mark.slow  # a kime score subprocess
 def test_rows_equal_predict_including_bad_rows(tmp_path, tiny_path, agent):
     src = write_jsonl(tmp_path / "in.jsonl", MIXED)
     out = tmp_path / "out.jsonl"
@@ -125,6 +126,7 @@ def write_questions(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # kime score subprocesses over Parquet
 def test_parquet_in_and_out(tmp_path, tiny_path, agent):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
@@ -216,6 +218,7 @@ def _wait_for_lines(out: Path, n: int, proc: subprocess.Popen, limit: float = 60
     raise AssertionError("no progress in %s" % out)
 
 
+@pytest.mark.slow  # kills a kime score subprocess and runs it again
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGTERM"])
 def test_killed_run_resumes_with_every_id_once(tmp_path, tiny_path, agent, how):
     """A real signal to a running `kime score`: SIGKILL loses at most the chunks in flight,

@@ -18,14 +18,15 @@ import kime  # noqa: E402
 import kime.ray as kray  # noqa: E402
 from kime.errors import KimeError  # noqa: E402
 from kime.jobs.calibrate import calibrate_job  # noqa: E402
-from kime.jobs.job import score_job
+from kime.jobs.job import score_job  # noqa: E402
 from kime.jobs.options import EngineOptions  # noqa: E402
 from kime.jobs.sink import read_output  # noqa: E402
 from kime.jobs.source import JobInputError  # noqa: E402
 
 # The test checkpoint ships odd temperatures on purpose (a RuntimeWarning at every load), and
 # Ray Data warns about its own deprecated settings.
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::DeprecationWarning")
+pytestmark = [pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::DeprecationWarning"),
+              pytest.mark.slow]  # slow: a Ray cluster, seconds per job
 
 QUESTIONS = {
     "intent": {"type": "choice", "instructions": "What does the customer want?",

@@ -50,6 +50,7 @@ def _all_answers(res: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [a for r in res for a in r["answers"].values()]
 
 
+@pytest.mark.slow  # hypothesis: 300 examples
 @settings(max_examples=300, deadline=None)
 @given(results, thresholds)
 def test_gate_reports_one_state_per_answer(res, mc):
@@ -71,6 +72,7 @@ def test_gate_reports_one_state_per_answer(res, mc):
             repr({k: v for k, v in old.items() if k not in GATE_KEYS})
 
 
+@pytest.mark.slow  # hypothesis: 200 examples
 @settings(max_examples=200, deadline=None)
 @given(results, thresholds)
 def test_gate_is_idempotent_and_none_writes_nothing(res, mc):

@@ -89,6 +89,7 @@ JSONISH = st.recursive(LEAF, lambda inner: st.lists(inner, max_size=4)
                        max_leaves=20)
 
 
+@pytest.mark.slow  # hypothesis: a few hundred states
 @given(JSONISH)
 def test_analyse_never_raises_and_keeps_its_invariants(state):
     found = lang.analyse(state, explain=True)

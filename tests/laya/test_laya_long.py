@@ -38,7 +38,12 @@ def test_goldens_are_sizeable():
     assert len(calls) >= 40 and sum(1 for s in calls if s["error"]) >= 10
 
 
-@pytest.mark.parametrize("case", cases(long_ones=True))
+# slow: these replay many long states, a forward pass per window
+SLOW = ("long_tiny_scripts", "long_crowded_questions", "long_window_capped_tiny",
+        "long_lang_binning_tiny", "long_window_stride_tiny", "long_conversation_tiny")
+
+
+@pytest.mark.parametrize("case", cases(long_ones=True, slow=SLOW))
 def test_case(case, tmp_path):
     replay(case, tmp_path)
 
@@ -58,6 +63,7 @@ def test_aggregate_refusal_names_the_field(agent):
     assert info.value.problems[0]["loc"] == ["aggregate"]  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # a long state, many windows
 def test_every_window_goes_to_the_engine_in_one_call(agent, monkeypatch):
     calls = []
     real = agent.engine.decide_batch

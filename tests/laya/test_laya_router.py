@@ -429,6 +429,7 @@ def test_concurrent_callers_share_one_load():
     assert len(agents) == 6 and all(a is agents[0] for a in agents)
 
 
+@pytest.mark.slow  # swaps checkpoints under concurrent load
 def test_max_loaded_1_swaps_under_concurrent_load_and_no_call_fails():
     counter = Loads()
     router = _router(max_loaded=1, hooks=[counter])
@@ -494,6 +495,7 @@ def test_a_lease_holds_an_engine_through_an_unload():
     assert ref() is None
 
 
+@pytest.mark.slow  # loads and evicts checkpoints
 def test_eviction_lets_the_engine_go_and_a_kept_agent_still_answers():
     router = _router(max_loaded=1)
     ref = weakref.ref(router.load("english"))
@@ -518,6 +520,7 @@ def test_idle_unload():
         Router(idle_unload_seconds=-1)
 
 
+@pytest.mark.slow  # loads, unloads and reloads checkpoints
 def test_lifecycle_methods():
     counter = Loads()
     with _router(hooks=[counter]) as router:

@@ -27,6 +27,7 @@ def api_schema():
     server.stop()
 
 
+@pytest.mark.slow  # schemathesis: every operation, 60 bodies each
 def test_no_operation_answers_a_server_error(api_schema):
     # schemathesis's own pytest plugin does not run under this pytest; its Python API does.
     from hypothesis import given

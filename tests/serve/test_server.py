@@ -200,6 +200,7 @@ def _expected(agent, state, questions=QUESTIONS, **kw):
     return json.loads(json.dumps(with_jev_confidence(agent.predict(state, questions, **kw))))
 
 
+@pytest.mark.slow  # the first of the module's server tests: starts kime serve
 def test_systemone_equals_predict(server, agent):
     for state in ["I was charged twice, please refund one.", {"subject": "outage", "body": "down"},
                   [{"role": "user", "content": "the app crashes"}]]:
@@ -315,6 +316,7 @@ def test_ready_and_models(server):
     assert status == 200 and json.loads(data)["data"][0]["id"] == TINY
 
 
+@pytest.mark.slow  # many clients at once against kime serve
 def test_concurrent_clients(server, agent):
     states = ["client %d says: my invoice %d is wrong" % (i, i * 7) for i in range(64)]
     want = {s: _expected(agent, s) for s in states}
@@ -457,6 +459,7 @@ def _refused(port: int) -> bool:
     return False
 
 
+@pytest.mark.slow  # starts and stops a kime serve process
 def test_graceful_shutdown_finishes_request_in_flight(tmp_path, agent):
     srv = Server(tmp_path, "--graceful-shutdown", "15")
     body = json.dumps({"state": "a slow upload", "questions": QUESTIONS}).encode()
@@ -544,6 +547,7 @@ def test_settings_lists_and_sources(tmp_path):
     assert set(declared) == set(Settings.model_fields)
 
 
+@pytest.mark.slow  # a kime serve process and clients that hang up
 def test_a_client_that_hangs_up_costs_no_forward_pass():
     """A request queued behind a long batch costs no forward pass when its client hangs up: none
     of its rows run. The long batch is held on the device until the hang-up is seen."""

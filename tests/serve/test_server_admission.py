@@ -3,6 +3,8 @@ is still arriving) until the handler ends, against a real `kime serve` on loopba
 import json
 import socket
 
+import pytest
+
 from .test_server import KEYS, QUESTIONS, Server, _deadline
 
 
@@ -15,6 +17,7 @@ def _open_post(port: int, body: bytes, send: int) -> socket.socket:
     return sock
 
 
+@pytest.mark.slow  # a kime serve process held busy
 def test_busy_503_counts_every_request_in_flight(tmp_path):
     """`max_queue` bounds requests in flight from admission on, bodies still arriving included:
     with two slow bodies holding both slots a third request is refused (503, Retry-After) and

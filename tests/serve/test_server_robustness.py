@@ -38,6 +38,7 @@ def _body_bytes(body: Any) -> bytes:
     return json.dumps(body).encode()
 
 
+@pytest.mark.slow  # hypothesis: a few hundred HTTP requests
 @RUN
 @given(requests())
 def test_server_answers_4xx_never_5xx(server, body):
@@ -49,6 +50,7 @@ def test_server_answers_4xx_never_5xx(server, body):
         assert isinstance(reply, dict) and reply.get("detail")
 
 
+@pytest.mark.slow  # hypothesis: a few hundred HTTP requests
 @RUN
 @given(st.one_of(st.fixed_dictionaries({"states": st.one_of(st.lists(st.one_of(TEXT, ODD),
                                                                       max_size=3), JSON),
@@ -109,6 +111,7 @@ def _trickle(port: int, first: bytes, drip: bytes, every: float,
         return got, time.monotonic() - t0
 
 
+@pytest.mark.slow  # waits out two read deadlines
 def test_slow_headers_and_slow_bodies_are_cut_off_and_free_their_slot():
     """A client that trickles its headers (slowloris) gets a 408 and is closed by the header
     deadline; one that trickles its body gets laya serve's 408 from the body deadline; a normal

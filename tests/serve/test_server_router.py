@@ -38,12 +38,16 @@ from kime.laya.router import Router
 from kime.serve import ConfigError, load_settings
 from kime.serve.routing import build_router, names_a_source, resolve_model, split_entry
 
+from .. import paths
 from ..laya_replay import assert_same
+from ..paths import GOLDENS
 from .test_server import KEYS, ROOT, Client, _deadline, _free_port
 
-from ..paths import GOLDENS
-TINY = str(GOLDENS / "checkpoints" / "tiny")
-ML = str(GOLDENS / "checkpoints" / "multilingual-tiny")
+# slow: most of these start kime serve processes with several checkpoints
+pytestmark = pytest.mark.slow
+
+TINY = str(paths.TINY)
+ML = str(paths.MULTILINGUAL_TINY)
 SERVE = json.loads((GOLDENS / "serve.json").read_text(encoding="utf-8"))
 THREE = {"english": TINY, "multilingual": ML, "typed-decisions": TINY}
 NAMED = [a for name, source in THREE.items() for a in ("--model", "%s=%s" % (name, source))]
