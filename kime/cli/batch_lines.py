@@ -15,6 +15,8 @@ import json
 from typing import IO, Any, Dict, Iterable, List, Tuple, Union
 
 from ..errors import InvalidRequest, problem
+from ..laya.call import agent_requests
+from ..laya.driver import run
 
 CONTROLS = ("task", "lang", "lang_guess", "max_len", "head_max_len")
 """What a line may set besides `state`, `questions` and `model`; the flags of the same names
@@ -25,9 +27,10 @@ ROUTING_ONLY = ("model", "task", "lang_guess")
 
 def answer(answerer: Any, requests: List[Dict[str, Any]], min_confidence: Any
            ) -> List[Dict[str, Any]]:
-    """Answer requests in shared forward passes. A Router takes them as they are
-    (`predict_batch`); one agent takes them in groups that share their questions, budgets and
-    language, one `predict_batch` each. Results come back in the requests' order."""
+    """Answer requests in shared forward passes, through Laya's call pipeline. A Router takes
+    them as they are (`predict_batch`); one agent takes them in groups that share their
+    questions, budgets and language (`call.agent_requests`). Results come back in the
+    requests' order."""
     if hasattr(answerer, "route"):
         return answerer.predict_batch(requests, min_confidence=min_confidence)
     problems = [problem([key], "%s chooses a checkpoint: run with --model auto" % key,
@@ -35,21 +38,7 @@ def answer(answerer: Any, requests: List[Dict[str, Any]], min_confidence: Any
                 for request in requests for key in ROUTING_ONLY if key in request]
     if problems:
         raise InvalidRequest(problems)
-    groups: Dict[str, List[int]] = {}
-    for i, request in enumerate(requests):
-        key = json.dumps([request["questions"], request.get("max_len"),
-                          request.get("head_max_len"), request.get("lang")], default=str)
-        groups.setdefault(key, []).append(i)
-    results: List[Any] = [None] * len(requests)
-    for indices in groups.values():
-        first = requests[indices[0]]
-        answers = answerer.predict_batch(
-            [requests[i]["state"] for i in indices], first["questions"], lang=first.get("lang"),
-            max_len=first.get("max_len"), head_max_len=first.get("head_max_len"),
-            min_confidence=min_confidence)
-        for i, result in zip(indices, answers):
-            results[i] = result
-    return results
+    return run(agent_requests(answerer, requests, min_confidence))
 
 
 def parse_line(text: str, questions: Any, defaults: Dict[str, Any]) -> Dict[str, Any]:

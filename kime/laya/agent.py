@@ -19,17 +19,19 @@ import time
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from ..cache import ANSWER_CACHE
 from ..engine import Kime
 from ..errors import InvalidRequest, problem, warn_caller
 from ..layout import Row
 from ..render import State
-from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
 from .calibration import Calibration
-from .confidence import MinConfidence, check_min_confidence
+from .call import agent_call
+from .confidence import MinConfidence
 from .device import TorchLikeDevice, choose
-from .hooks import (HookArg, HookedCall, HookRegistry, PredictContext, PredictHookArg,
-                    aggregate_usage, compose_hooks, normalise_hooks, validate_timeout)
+from .driver import Step, run, run_async
+from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, aggregate_usage,
+                    normalise_hooks, validate_timeout)
 from .loading import (DEFAULT_MODEL, backend_name, builtin_alias, checkpoint_dir,
                       resolved_languages)
 from .revisions import verify_digests
@@ -84,7 +86,7 @@ class Agent(HookRegistry):
         *,
         precision: Optional[str] = None,
         threads: int = 0,
-        answer_cache: int = 4096,
+        answer_cache: int = ANSWER_CACHE,
     ):
         """Load a checkpoint (Laya's `Agent.__init__`; `kime.load` documents the arguments).
 
@@ -208,26 +210,9 @@ class Agent(HookRegistry):
         Laya's order: start hooks, validation and inference, the gate, end hooks; `on_error`
         on a failure. `hooks_raise` / `hooks_timeout` override the agent's for this call.
         """
-        call = self._open_call(states, questions, hooks, on_predict_start, on_predict_end,
-                               hooks_raise, hooks_timeout, max_len, head_max_len, min_confidence)
-        try:
-            call.start()
-            ctx = call.ctx
-            if ctx.results is None:
-                answered, chunks = self._plan(ctx.states, ctx.questions, batch_size, ctx.max_len,
-                                              ctx.head_max_len)
-                if answered is None:
-                    temps = self.calibration.temperatures(lang)
-                    conf = self.calibration.answer_conf(lang)
-                    answered = [wire.result(r, conf) for chunk in chunks
-                                for r in self.engine.decide_batch(chunk, temperatures=temps)]
-                ctx.results = answered
-        except BaseException as exc:
-            call.fail(exc)
-            raise
-        finally:
-            call.finish()
-        return call.ctx.results  # type: ignore[return-value]
+        return run(self._call(states, questions, batch_size, lang, hooks, on_predict_start,
+                              on_predict_end, hooks_raise, hooks_timeout, max_len, head_max_len,
+                              min_confidence))
 
     def system_one(self, state: State, questions: Questions, lang: Optional[str] = None,
                    hooks: HookArg = None, on_predict_start: PredictHookArg = None,
@@ -259,29 +244,9 @@ class Agent(HookRegistry):
                                   ) -> List[Dict[str, Any]]:
         """`predict_batch` for asyncio: the loop never blocks (hooks, when there are any, run on
         a worker thread), and cancelling the task drops rows not yet on the device."""
-        call = self._open_call(states, questions, hooks, on_predict_start, on_predict_end,
-                               hooks_raise, hooks_timeout, max_len, head_max_len, min_confidence)
-        try:
-            await call.run_async(call.start)
-            ctx = call.ctx
-            if ctx.results is None:
-                answered, chunks = self._plan(ctx.states, ctx.questions, batch_size, ctx.max_len,
-                                              ctx.head_max_len)
-                if answered is None:
-                    temps = self.calibration.temperatures(lang)
-                    conf = self.calibration.answer_conf(lang)
-                    answered = []
-                    for chunk in chunks:
-                        responses = await self.engine.decide_batch_async(chunk,
-                                                                         temperatures=temps)
-                        answered.extend(wire.result(r, conf) for r in responses)
-                ctx.results = answered
-        except BaseException as exc:
-            await call.run_async(lambda: call.fail(exc))
-            raise
-        finally:
-            await call.run_async(call.finish)
-        return call.ctx.results  # type: ignore[return-value]
+        return await run_async(self._call(states, questions, batch_size, lang, hooks,
+                                          on_predict_start, on_predict_end, hooks_raise,
+                                          hooks_timeout, max_len, head_max_len, min_confidence))
 
     async def predict_async(self, state: State, questions: Questions, lang: Optional[str] = None,
                             hooks: HookArg = None, on_predict_start: PredictHookArg = None,
@@ -420,42 +385,15 @@ class Agent(HookRegistry):
 
     # --- the steps --------------------------------------------------------------------------
 
-    def _open_call(self, states: Any, questions: Any, hooks: HookArg,
-                   on_predict_start: PredictHookArg, on_predict_end: PredictHookArg,
-                   hooks_raise: Optional[bool], hooks_timeout: Optional[float],
-                   max_len: Optional[int], head_max_len: Optional[int],
-                   min_confidence: Any) -> "HookedCall":
-        """Laya's checks before anything runs (the gate, the call's hooks, the timeout, in that
-        order), and the call's context."""
-        gate = check_min_confidence(min_confidence) if min_confidence is not None else None
-        active = compose_hooks(self.hooks, hooks, on_predict_start, on_predict_end)
-        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
-        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
-        ctx = PredictContext(states=states, questions=questions, model=self.model_id, agent=self,
-                             max_len=max_len, head_max_len=head_max_len)
-        return HookedCall(ctx, active, raise_errors, self._hooks_lock, timeout, gate)
-
-    def _plan(self, states: Any, questions: Any, batch_size: Any, max_len: Optional[int],
-              head_max_len: Optional[int]
-              ) -> Tuple[Optional[List[Dict[str, Any]]], List[List[Request]]]:
-        """Laya's argument checks, then (the finished answer, []) for the calls Laya answers
-        without a forward pass, or (None, the requests in `batch_size` chunks). The questions
-        are validated here, once, and every request carries the validated set."""
-        size_problems = [] if batch_size is None or (isinstance(batch_size, int) and not
-                                                     isinstance(batch_size, bool)) else [
-            problem(["batch_size"], "batch_size must be an integer or None, got %r"
-                    % (batch_size,), "type_error.integer", batch_size)]
-        raise_if([], check_states(states) + questions_arg_problems(questions) + size_problems)
-        states = list(states)
-        if not states:
-            return [], []
-        if not questions:
-            return [wire.empty_result() for _ in states], []
-        checked = validated_questions(questions)
-        reqs = [Request(state=s, questions=checked, max_len=max_len, head_max_len=head_max_len)
-                for s in states]
-        size = batch_size if (batch_size and batch_size > 0) else len(reqs)
-        return None, [reqs[start:start + size] for start in range(0, len(reqs), size)]
+    def _call(self, states: Any, questions: Any, batch_size: Any, lang: Optional[str],
+              hooks: HookArg, on_predict_start: PredictHookArg, on_predict_end: PredictHookArg,
+              hooks_raise: Optional[bool], hooks_timeout: Optional[float],
+              max_len: Optional[int], head_max_len: Optional[int],
+              min_confidence: Any) -> "Step[List[Dict[str, Any]]]":
+        return agent_call(self, states, questions, batch_size=batch_size, lang=lang, hooks=hooks,
+                          on_predict_start=on_predict_start, on_predict_end=on_predict_end,
+                          hooks_raise=hooks_raise, hooks_timeout=hooks_timeout, max_len=max_len,
+                          head_max_len=head_max_len, min_confidence=min_confidence)
 
 
 def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[str] = None,
@@ -469,7 +407,8 @@ def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[st
          calibration: Optional[str] = None, backend: Optional[str] = None,
          onnx_path: Optional[str] = None, compile_warmup: bool = True,
          compile_cache: bool = False, compile_mode: str = "default", *,
-         precision: Optional[str] = None, threads: int = 0, answer_cache: int = 4096) -> Agent:
+         precision: Optional[str] = None, threads: int = 0,
+         answer_cache: int = ANSWER_CACHE) -> Agent:
     """Load a Laya checkpoint behind Laya's API (`laya.load`, argument for argument).
 
     `model_id_or_path`: a name or alias (`laya`, `multilingual`, `typed-decisions`, `ml`, ...,

@@ -19,10 +19,11 @@ import uuid
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, Awaitable, Callable, Dict, Iterator, List, Optional,
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
                     Protocol, Sequence, Tuple, Union)
 
-from .confidence import MinConfidence, apply_confidence_gate
+
+from .coroutines import run_coroutine_sync
 
 if TYPE_CHECKING:  # asyncio costs a third of `import kime`: imported where a hook needs it
     import asyncio
@@ -206,10 +207,11 @@ def clear_default_hooks() -> None:
 
 def compose_hooks(installed: Sequence[Any], hooks: HookArg = None,
                   on_predict_start: PredictHookArg = None,
-                  on_predict_end: PredictHookArg = None) -> List[Any]:
-    """The hooks of one call: the defaults as they are now (none inside `defaults_skipped`),
-    the agent's, then the call's."""
-    defaults = [] if _SKIP_DEFAULTS.get() else default_hooks()
+                  on_predict_end: PredictHookArg = None, *,
+                  skip_defaults: bool = False) -> List[Any]:
+    """The hooks of one call: the defaults as they are now (none with `skip_defaults` or
+    inside `defaults_skipped`), the agent's, then the call's."""
+    defaults = [] if skip_defaults or _SKIP_DEFAULTS.get() else default_hooks()
     return defaults + list(installed) + normalise_hooks(hooks, on_predict_start, on_predict_end)
 
 
@@ -240,58 +242,6 @@ def validate_timeout(value: Any) -> Optional[float]:
         raise ValueError("hooks_timeout must be a positive finite number or None; got %r"
                          % (value,))
     return timeout
-
-
-# --- running async hooks from sync code -----------------------------------------------------
-
-_LOOP: Optional["asyncio.AbstractEventLoop"] = None
-_LOOP_LOCK = threading.Lock()
-
-
-def _background_loop() -> "asyncio.AbstractEventLoop":
-    import asyncio
-
-    global _LOOP
-    with _LOOP_LOCK:
-        if _LOOP is None or not _LOOP.is_running():
-            _LOOP = asyncio.new_event_loop()
-            threading.Thread(target=_LOOP.run_forever, daemon=True,
-                             name="kime-async-hooks").start()
-        return _LOOP
-
-
-def run_coroutine_sync(coro: Awaitable[Any],
-                       loop: Optional["asyncio.AbstractEventLoop"] = None) -> Any:
-    """Run an awaitable to completion from synchronous code.
-
-    With no loop running in this thread it uses `asyncio.run`; inside a running loop (an async
-    caller) the coroutine goes to a background loop, so blocking on it cannot deadlock. `loop`
-    picks a loop to run on; it must be running, and not in this thread.
-    """
-    import asyncio
-
-    if loop is not None:
-        try:
-            running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        problem = ("the loop passed is not running" if not loop.is_running() else
-                   "the loop passed is running in the calling thread; blocking on it would "
-                   "deadlock" if loop is running else None)
-        if problem:
-            if asyncio.iscoroutine(coro):
-                coro.close()
-            raise ValueError("run_coroutine_sync: " + problem)
-        return asyncio.run_coroutine_threadsafe(_awaited(coro), loop).result()
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(_awaited(coro))
-    return asyncio.run_coroutine_threadsafe(_awaited(coro), _background_loop()).result()
-
-
-async def _awaited(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
 
 
 class AsyncHook:
@@ -418,7 +368,15 @@ class HookRegistry:
     or removing a hook never disturbs a call in flight."""
 
     hooks: List[Any] = []
+    hooks_raise: bool = True
+    hooks_timeout: Optional[float] = None
+    _hooks_lock: Any = None
     _hooks_mutex: Optional[threading.Lock] = None
+
+    @property
+    def hooks_lock(self) -> Any:
+        """The lock serialising this owner's hooks (`hooks_concurrent=False`), else None."""
+        return self._hooks_lock
 
     def add_hook(self, hook: HookArg) -> "HookRegistry":
         """Install one hook or a sequence of them (after those already installed); returns self."""
@@ -465,55 +423,3 @@ __all__ = ["AsyncHook", "BaseHook", "HOOK_EVENTS", "Hook", "HookArg", "HookRegis
            "aggregate_usage", "clear_default_hooks", "compose_hooks", "default_hooks",
            "defaults_skipped", "dispatch",
            "normalise_hooks", "run_coroutine_sync", "set_default_hooks", "validate_timeout"]
-
-
-class HookedCall:
-    """One call's hooks, in Laya's order around the work: `start` (start hooks), the work,
-    `fail` (on_error hooks; one that fails is chained to the original error, never hides it),
-    then always `finish` (elapsed time, usage totals, the confidence gate, end hooks)."""
-
-    def __init__(self, ctx: PredictContext, hooks: List[Any], raise_errors: bool, lock: Any,
-                 timeout: Optional[float], gate: Optional[MinConfidence]):
-        self.ctx = ctx
-        self.hooks = hooks
-        self.raise_errors = raise_errors
-        self.lock = lock
-        self.timeout = timeout
-        self.gate = gate
-
-    def _dispatch(self, event: str) -> None:
-        dispatch(self.hooks, event, self.ctx, raise_errors=self.raise_errors, lock=self.lock,
-                 timeout=self.timeout)
-
-    def start(self) -> None:
-        self._dispatch("on_predict_start")
-
-    def fail(self, exc: BaseException) -> None:
-        self.ctx.error = exc
-        try:
-            self._dispatch("on_error")
-        except BaseException as hook_exc:
-            exc.__context__ = hook_exc
-
-    def finish(self) -> None:
-        ctx = self.ctx
-        ctx.elapsed_ms = (time.perf_counter() - ctx.started_at) * 1000.0
-        if ctx.results is not None:
-            ctx.usage = aggregate_usage(ctx.results)
-            apply_confidence_gate(ctx.results, self.gate)
-        try:
-            self._dispatch("on_predict_end")
-        except BaseException as hook_exc:
-            if ctx.error is None:
-                raise
-            ctx.error.__context__ = hook_exc
-
-    async def run_async(self, step: Callable[[], None]) -> None:
-        """Run a step off the event loop when there are hooks to run (they may block), inline
-        when there are none."""
-        if self.hooks:
-            import asyncio
-
-            await asyncio.to_thread(step)
-        else:
-            step()

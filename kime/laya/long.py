@@ -20,19 +20,25 @@ Laya scores the windows in padded forward passes; here the Agent's `predict_long
 window texts to its own `predict_batch` (so hooks see them as `ctx.states`, as in Laya), whose
 rows the engine packs with each other (and with concurrent callers) in unpadded batches. This
 module owns the two ends: `plan` checks the arguments and splits the state, `combine` aggregates
-the per-window results.
+the per-window results. `LongScan` is `Router.predict_long`'s step: the chosen agent's
+`predict_long`, run by the call pipeline after the Router's start hooks.
 """
 from __future__ import annotations
 
+import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from ..errors import InvalidRequest, problem, warn_caller
+from ..errors import InvalidRequest, Problem, problem, warn_caller
 from ..render import State
 from ..request import (Questions, questions_arg_problems, raise_if, state_problems,
                        validated_questions)
 from . import wire
 from .calibration import normalise_lang
+from .call import said_language
+from .hooks import defaults_skipped
+from .routing import refusal
 
 AGGREGATES = ("auto",)
 """The `aggregate` values Laya accepts: "auto" (the per-type rules) only."""
@@ -64,7 +70,7 @@ class Plan:
         return [self.state] if self.fits else list(self.windows)
 
 
-def _int_or_none(name: str, value: Any) -> List[Dict[str, Any]]:
+def _int_or_none(name: str, value: Any) -> List[Problem]:
     if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return []
     return [problem([name], "%s must be an integer or None, got %r"
@@ -191,3 +197,50 @@ def combine(p: Plan, results: List[Dict[str, Any]], attributed: bool = True) -> 
     usage["output_tokens"] = 0
     usage["windows"] = len(results)
     return {"model": wire.LAYA_MODEL, "answers": answers, "usage": usage}
+
+
+# --- Router.predict_long -----------------------------------------------------------------------
+
+def _takes_lang(fn: Any) -> bool:
+    """Whether `fn` accepts `lang=` (or **kwargs); True when its signature cannot be read,
+    because silently dropping a language changes the answer."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except Exception:  # any failure to introspect means "unknown"
+        return True
+    return any((p.name == "lang" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+               or p.kind is p.VAR_KEYWORD for p in params)
+
+
+class LongScan:
+    """`Router.predict_long`'s work in place of the agent's call (`call.router_one`'s `long`):
+    after the start hooks, the chosen agent's `predict_long` on `ctx.states[0]` as the hooks
+    left it."""
+
+    def __init__(self, window: Any, stride: Any, aggregate: str, batch_size: Any, lang: Any):
+        self.options = {"window": window, "stride": stride, "aggregate": aggregate,
+                        "batch_size": batch_size}
+        self.lang = lang
+
+    def __call__(self, ctx: Any) -> Dict[str, Any]:
+        scan = getattr(ctx.agent, "predict_long", None)
+        if scan is None:
+            raise refusal(
+                ["model"], "%s has no predict_long, so a state longer than its window cannot "
+                "be scanned; the PyTorch Agent and ONNXAgent implement it, and an agent "
+                "attached by hand needs it too" % type(ctx.agent).__name__, None, "type_error")
+        lang = said_language(self.lang, ctx.decision)
+        options = dict(self.options)
+        if _takes_lang(scan):
+            options["lang"] = lang
+        elif lang is not None:
+            # caller data: bounded and escaped before it reaches a log line
+            shown = (repr(lang[:32]) + ("..." if len(lang) > 32 else "")
+                     if type(lang) is str else "<not a string>")
+            warnings.warn("kime: Router.predict_long: %s.predict_long has no `lang` parameter, "
+                          "so the %s language %s is not reaching it and the scan runs without it"
+                          % (type(ctx.agent).__name__,
+                             "requested" if self.lang is not None else "detected", shown),
+                          RuntimeWarning, stacklevel=2)
+        with defaults_skipped():
+            return scan(ctx.states[0], ctx.questions, **options)

@@ -4,126 +4,36 @@ suited to it (by explicit model, task, workflow, language hint or detected langu
 result) and refusals.
 
 Engines are kime `Agent`s kept in an LRU of `max_loaded` (`kime.laya.residents`): loaded on first
-use, one build shared by concurrent callers, and a model evicted mid-call finishes that call. A
-batch over several checkpoints runs one shared `Agent.predict_batch` per checkpoint and question
-schema, and answers in the caller's order.
+use, one build shared by concurrent callers, and a model evicted mid-call finishes that call.
+Answering is the call pipeline's (`kime.laya.call`): this module keeps the registry, the
+engines and routing; `router_config` checks what a Router is built from.
 
 kime's own, keyword-only: `idle_unload_seconds` unloads a checkpoint nobody has used for that
 long (off by default; `laya serve`'s `LAYA_IDLE_UNLOAD_SECONDS` is the server's counterpart).
 """
 from __future__ import annotations
 
-import inspect
-import json
-import math
 import os
 import threading
 import warnings
-from collections.abc import Sequence as SequenceABC
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from ..errors import problem
 from . import routing, structured
 from .agent import Agent
+from .call import check_requests, router_batch, router_one
 from .confidence import MinConfidence
-from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, compose_hooks,
-                    dispatch, normalise_hooks, validate_timeout)
+from .driver import run, run_async
+from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, compose_hooks, dispatch,
+                    normalise_hooks, validate_timeout)
+from .long import LongScan
 from .residents import Residents, start_reaper
-from .routed import SCAN, Scan, run_batch, run_one
-from .routing import RouteDecision, canonical_name, raise_problems, refusal, repo_str, split_spec
+from .router_config import (ABSENT, check_agent_kwargs, count_loaded, digests_from_env,
+                            expected_digests, idle_seconds, pin)
+from .routing import RouteDecision, canonical_name, refusal, repo_str, split_spec
 
 State = Union[str, Dict[Any, Any], List[Any]]
 Questions = Dict[Any, Any]
-
-# What the Router passes to every Agent it builds, and the hook family (which belongs on the
-# Router, or it would fire from two registries): `agent_kwargs` may not name them.
-_ROUTER_OWNED_AGENT_ARGS = frozenset({
-    "model_id_or_path", "device", "token", "subfolder", "revision", "hooks", "on_predict_start",
-    "on_predict_end", "hooks_raise", "hooks_concurrent", "hooks_timeout"})
-
-
-def check_agent_kwargs(agent_kwargs: Dict[str, Any]) -> None:
-    """Refuse, before anything loads, an `agent_kwargs` name the Router sets itself or that
-    `Agent` does not take (read from `Agent.__init__`, so the list cannot go stale)."""
-    accepted = set(inspect.signature(Agent.__init__).parameters) - {"self"}
-    reserved = sorted(set(agent_kwargs) & _ROUTER_OWNED_AGENT_ARGS)
-    if reserved:
-        raise refusal(
-            ["agent_kwargs"], "Router sets %s itself; pass them to Router(...) instead of in "
-            "agent_kwargs" % ", ".join(repr(n) for n in reserved), reserved)
-    unknown = sorted(set(agent_kwargs) - accepted)
-    if unknown:
-        accepts = sorted(accepted - _ROUTER_OWNED_AGENT_ARGS)
-        raise refusal(["agent_kwargs"], "Agent accepts none of %s; it accepts %s"
-                      % (", ".join(repr(n) for n in unknown), accepts), unknown)
-
-
-def _digests_from_env(names: Any, resolve: Any) -> Dict[str, Optional[Dict[str, str]]]:
-    """`LAYA_SHA256_DIGESTS` when it is keyed by checkpoint (`{"english": {file: digest}}`):
-    each named checkpoint's map, and `{}` for the others so the nested map is never read as a
-    flat one. A flat map is `verify_digests`' own reading and gives `{}` here."""
-    raw = os.environ.get("LAYA_SHA256_DIGESTS", "").strip()
-    try:
-        data = json.loads(raw) if raw else None
-    except ValueError:
-        return {}
-    if not isinstance(data, dict) or not data or all(isinstance(v, str) for v in data.values()):
-        return {}
-    if not all(isinstance(v, dict) for v in data.values()):
-        raise refusal(
-            ["LAYA_SHA256_DIGESTS"], "LAYA_SHA256_DIGESTS must be either {artifact: digest} "
-            "for every checkpoint or {model: {artifact: digest}} per checkpoint; %s mixes the "
-            "two or holds a value that is neither" % sorted(data), sorted(data))
-    per_model: Dict[str, Optional[Dict[str, str]]] = {resolve(k): dict(v)
-                                                      for k, v in data.items()}
-    for name in names:
-        per_model.setdefault(resolve(name), {})
-    return per_model
-
-
-def _expected_digests(shared: Any, own: Any) -> Any:
-    """One checkpoint's `expected_sha256`: the shared map (`agent_kwargs`) and its own entry
-    merged file by file, its own winning; None when neither says anything, so `verify_digests`
-    falls back to the environment. A non-mapping is passed on for `verify_digests` to refuse."""
-    if own is not None and not isinstance(own, dict):
-        return own
-    if shared is not None and not isinstance(shared, dict):
-        return shared
-    if shared is None and own is None:
-        return None
-    return {**(shared or {}), **(own or {})}
-
-
-_ABSENT = object()
-
-
-def _count(max_loaded: Any) -> int:
-    """`max_loaded` as Laya reads it: `int()` of it, at least 1; `int()`'s refusal, as a kime
-    error with the same message."""
-    try:
-        return max(1, int(max_loaded))
-    except (TypeError, ValueError) as exc:
-        raise refusal(
-            ["max_loaded"], str(exc), repr(max_loaded),
-            "type_error" if isinstance(exc, TypeError) else "value_error") from None
-
-
-def _seconds(value: Any) -> float:
-    """`idle_unload_seconds` as a number of seconds, 0 for never (None or 0)."""
-    try:
-        seconds = 0.0 if value is None or isinstance(value, bool) and not value else float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if isinstance(value, bool) or not math.isfinite(seconds) or seconds < 0:
-        raise refusal(["idle_unload_seconds"], "idle_unload_seconds must be a finite number of "
-                      "seconds >= 0 (0 or None: never), got %r" % (value,), repr(value))
-    return seconds
-
-
-def _pin(value: Optional[str]) -> Optional[str]:
-    """A revision, or None for unset and blank alike (an unfilled configuration line)."""
-    return value if value is not None and str(value).strip() else None
 
 
 class Router(HookRegistry):
@@ -173,15 +83,15 @@ class Router(HookRegistry):
         self.agent_kwargs = dict(agent_kwargs or {})
         if self.agent_kwargs:
             check_agent_kwargs(self.agent_kwargs)
-        self.sha256_digests: Dict[str, Optional[Dict[str, str]]] = _digests_from_env(
+        self.sha256_digests: Dict[str, Optional[Dict[str, str]]] = digests_from_env(
             self.models, self.resolve)
         self.sha256_digests.update({self.resolve(k): v for k, v in (sha256_digests or {}).items()})
-        self._residents = Residents(_count(max_loaded))
+        self._residents = Residents(count_loaded(max_loaded))
         self.default = self.resolve(default)
         self.auto_task_detection = bool(auto_task_detection)
         self.lang_guess = lang_guess
         self._lock = self._residents.lock
-        idle = _seconds(idle_unload_seconds)
+        idle = idle_seconds(idle_unload_seconds)
         if idle:
             start_reaper(self, idle, Router._unload_idle)
         if preload:
@@ -195,7 +105,7 @@ class Router(HookRegistry):
     @max_loaded.setter
     def max_loaded(self, value: int) -> None:
         with self._lock:
-            self._residents.max_loaded = _count(value)
+            self._residents.max_loaded = count_loaded(value)
             evicted = self._residents.evict_locked()
         self._evicted(evicted)
 
@@ -221,7 +131,7 @@ class Router(HookRegistry):
             try:
                 key = self._add(name, source)
                 if key not in self.sha256_digests:
-                    from_env = _digests_from_env([key], canonical_name).get(key)
+                    from_env = digests_from_env([key], canonical_name).get(key)
                     if from_env is not None:
                         self.sha256_digests[key] = from_env
                 if description is not None:
@@ -309,16 +219,20 @@ class Router(HookRegistry):
         """The engine (`Agent`) for `name`, loaded if need be and held for the block: an
         eviction or `unload` meanwhile takes it out of the LRU but lets it go only after the
         block (kime's own; the server answers asynchronously through it)."""
-        agent = self._lease(self.resolve(name))
+        agent = self.acquire(self.resolve(name))
         try:
             yield agent
         finally:
-            self._return(agent)
+            self.release(agent)
 
-    def _lease(self, key: str) -> Any:
+    def acquire(self, key: str) -> Any:
+        """The agent for the registered `key`, loaded if need be and held until `release`: an
+        eviction meanwhile takes it out of the LRU but lets it go only after (what `lease`
+        and the call pipeline hold an agent with)."""
         return self._load(key, lease=True)
 
-    def _return(self, agent: Any) -> None:
+    def release(self, agent: Any) -> None:
+        """Give back an agent `acquire` returned."""
         self._residents.release(agent)
 
     def resident(self) -> Dict[str, Any]:
@@ -336,14 +250,14 @@ class Router(HookRegistry):
             repo, sub = split_spec(self.models[key])
             kwargs: Dict[str, Any] = {"device": self.device, "token": self.token,
                                       "subfolder": sub}
-            revision = _pin(self.revisions.get(key)) or _pin(self.revision)
+            revision = pin(self.revisions.get(key)) or pin(self.revision)
             if revision is not None:
                 kwargs["revision"] = revision
             kwargs.update(self.agent_kwargs)
             # no entry: None (the environment may still pin); an entry of None: pins no file
-            entry = self.sha256_digests.get(key, _ABSENT)
-            own = None if entry is _ABSENT else {} if entry is None else entry
-            expected = _expected_digests(kwargs.pop("expected_sha256", None), own)
+            entry = self.sha256_digests.get(key, ABSENT)
+            own = None if entry is ABSENT else {} if entry is None else entry
+            expected = expected_digests(kwargs.pop("expected_sha256", None), own)
             if expected is not None:
                 kwargs["expected_sha256"] = expected
         return Agent(repo, **kwargs)
@@ -438,7 +352,7 @@ class Router(HookRegistry):
         """Route every request (`state`, `questions`, optional `model`, `task`, `lang`,
         `lang_guess`) without loading anything; decisions in input order. Every malformed
         request is reported at once."""
-        _check_requests(requests)
+        check_requests(requests)
         return [self.route(r["state"], r["questions"], model=r.get("model"), task=r.get("task"),
                            lang=r.get("lang"), lang_guess=r.get("lang_guess"), hooks=hooks,
                            hooks_raise=hooks_raise, hooks_timeout=hooks_timeout, explain=explain)
@@ -456,14 +370,28 @@ class Router(HookRegistry):
         """Route, then answer every question in one forward pass on the chosen checkpoint:
         `Agent.predict`'s result plus `routing` (the decision). Hooks on the Router wrap the
         whole call and see `ctx.decision`."""
-        scan = SCAN.get()
-        if scan is not None:
-            SCAN.set(None)  # this call owns the scan; a hook calling predict must not inherit it
-        return run_one(self, scan, state, questions, model=model, task=task, lang=lang,
-                       lang_guess=lang_guess, hooks=hooks, on_predict_start=on_predict_start,
-                       on_predict_end=on_predict_end, hooks_raise=hooks_raise,
-                       hooks_timeout=hooks_timeout, max_len=max_len, head_max_len=head_max_len,
-                       min_confidence=min_confidence)
+        return run(router_one(self, state, questions, model=model, task=task, lang=lang,
+                              lang_guess=lang_guess, hooks=hooks,
+                              on_predict_start=on_predict_start, on_predict_end=on_predict_end,
+                              hooks_raise=hooks_raise, hooks_timeout=hooks_timeout,
+                              max_len=max_len, head_max_len=head_max_len,
+                              min_confidence=min_confidence))
+
+    async def predict_async(self, state: State, questions: Questions, model: Optional[str] = None,
+                            task: Optional[str] = None, lang: Optional[str] = None,
+                            lang_guess: Any = None, hooks: HookArg = None,
+                            on_predict_start: PredictHookArg = None,
+                            on_predict_end: PredictHookArg = None,
+                            hooks_raise: Optional[bool] = None,
+                            hooks_timeout: Optional[float] = None, max_len: Optional[int] = None,
+                            head_max_len: Optional[int] = None,
+                            min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
+        """`predict` for asyncio (kime's own): routing, loading and hooks run off the loop."""
+        return await run_async(router_one(
+            self, state, questions, model=model, task=task, lang=lang, lang_guess=lang_guess,
+            hooks=hooks, on_predict_start=on_predict_start, on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise, hooks_timeout=hooks_timeout, max_len=max_len,
+            head_max_len=head_max_len, min_confidence=min_confidence))
 
     system_one = predict
 
@@ -477,14 +405,11 @@ class Router(HookRegistry):
                      hooks_timeout: Optional[float] = None) -> Dict[str, Any]:
         """Route as `predict` does, then scan every window of the state with the chosen
         agent's `predict_long` (`usage["windows"]` counts them), after the start hooks."""
-        token = SCAN.set(Scan(window, stride, aggregate, batch_size, lang))
-        try:
-            return self.predict(state, questions, model=model, task=task, lang=lang,
-                                lang_guess=lang_guess,
-                                hooks=normalise_hooks(hooks, on_predict_start, on_predict_end),
-                                hooks_raise=hooks_raise, hooks_timeout=hooks_timeout)
-        finally:
-            SCAN.reset(token)
+        return run(router_one(self, state, questions, model=model, task=task, lang=lang,
+                              lang_guess=lang_guess,
+                              hooks=normalise_hooks(hooks, on_predict_start, on_predict_end),
+                              hooks_raise=hooks_raise, hooks_timeout=hooks_timeout,
+                              long=LongScan(window, stride, aggregate, batch_size, lang)))
 
     def predict_batch(self, requests: Sequence[Dict[str, Any]], batch_size: Optional[int] = None,
                       hooks_timeout: Optional[float] = None,
@@ -497,11 +422,29 @@ class Router(HookRegistry):
         token budget, one shared `Agent.predict_batch` per group; results (with `routing`) in
         the caller's order. Each request may carry `model`, `task`, `lang`, `lang_guess`,
         `max_len` and `head_max_len`; Router hooks run per request, as in `predict`."""
-        return run_batch(self, requests, batch_size=batch_size, hooks_timeout=hooks_timeout,
-                         min_confidence=min_confidence, sort_by_length=sort_by_length,
-                         hooks=hooks, on_predict_start=on_predict_start,
-                         on_predict_end=on_predict_end, hooks_raise=hooks_raise,
-                         diagnostics=diagnostics)
+        return run(router_batch(self, requests, batch_size=batch_size,
+                                hooks_timeout=hooks_timeout, min_confidence=min_confidence,
+                                sort_by_length=sort_by_length, hooks=hooks,
+                                on_predict_start=on_predict_start, on_predict_end=on_predict_end,
+                                hooks_raise=hooks_raise, diagnostics=diagnostics))
+
+    async def predict_batch_async(self, requests: Sequence[Dict[str, Any]],
+                                  batch_size: Optional[int] = None,
+                                  hooks_timeout: Optional[float] = None,
+                                  min_confidence: Optional[MinConfidence] = None,
+                                  sort_by_length: bool = False, *, hooks: HookArg = None,
+                                  on_predict_start: PredictHookArg = None,
+                                  on_predict_end: PredictHookArg = None,
+                                  hooks_raise: Optional[bool] = None,
+                                  diagnostics: Optional[Dict[str, Any]] = None
+                                  ) -> List[Dict[str, Any]]:
+        """`predict_batch` for asyncio (kime's own): the checkpoints' groups run concurrently,
+        each checkpoint's hooks in Laya's order."""
+        return await run_async(router_batch(
+            self, requests, batch_size=batch_size, hooks_timeout=hooks_timeout,
+            min_confidence=min_confidence, sort_by_length=sort_by_length, hooks=hooks,
+            on_predict_start=on_predict_start, on_predict_end=on_predict_end,
+            hooks_raise=hooks_raise, diagnostics=diagnostics))
 
     predict_many = predict_batch
 
@@ -532,36 +475,6 @@ class Router(HookRegistry):
     def __repr__(self) -> str:
         return "Router(loaded=%s, max_loaded=%d, default=%r)" % (self.loaded, self.max_loaded,
                                                                  self.default)
-
-
-def _check_requests(requests: Any) -> None:
-    """Laya's shape checks on a request batch, every request's first problem at once."""
-    if not isinstance(requests, SequenceABC) or isinstance(requests, (str, bytes)):
-        raise refusal(
-            ["requests"], "requests must be a sequence of request dictionaries",
-            repr(requests), "type_error")
-    problems = []
-    for i, request in enumerate(requests):
-        found: Optional[Tuple[List[Any], str, str, Any]] = None
-        if not isinstance(request, dict):
-            found = ([i], "request %d must be a dict, got %s" % (i, type(request).__name__),
-                     "type_error", repr(request))
-        elif "state" not in request:
-            found = ([i, "state"], "request %d is missing required key 'state'" % i,
-                     "value_error.missing", None)
-        elif request["state"] is None:
-            found = ([i, "state"], "request %d 'state' must not be None; pass a string, dict, or "
-                     "list" % i, "type_error.none", None)
-        elif "questions" not in request:
-            found = ([i, "questions"], "request %d is missing required key 'questions'" % i,
-                     "value_error.missing", None)
-        elif not isinstance(request["questions"], dict):
-            found = ([i, "questions"], "request %d 'questions' must be a dict, got %s"
-                     % (i, type(request["questions"]).__name__), "type_error",
-                     repr(request["questions"]))
-        if found is not None:
-            problems.append(problem(*found))
-    raise_problems(problems)
 
 
 __all__ = ["Router", "RouteDecision", "check_agent_kwargs"]

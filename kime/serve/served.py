@@ -2,18 +2,20 @@
 
 Both give the app's single pipeline the same few steps: check a body, answer it, and describe
 themselves to `/health`, `/ready`, `/v1/models` and `/metrics`. `One` is the single-model server
-as it has always been. `Routed` is laya serve's Router. Each state is routed, its checkpoint is
-leased for the call, and the rows go to that checkpoint's own engine and scheduler. A response
-carries `routing`. A client that hangs up drops its queued rows, as with one engine.
+as it has always been. `Routed` is laya serve's Router. Both answer through Laya's call pipeline
+(`kime.laya.call`): each state is routed, its checkpoint is leased for the call, and the rows go
+to that checkpoint's own engine and scheduler. A response carries `routing`. A client that hangs
+up drops its queued rows, as with one engine.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from ..laya import Agent
+from ..laya.call import router_batch, router_one
+from ..laya.driver import run_async
 from ..laya.routing import repo_str
 from .limits import Body, check_body
 from .metrics import Lifecycle, Metrics
@@ -93,66 +95,30 @@ class Routed:
         return check_routed_body(raw, batch, self.router.resolve, max_token_budget)
 
     async def answer(self, ask: Ask, batch: bool) -> List[Dict[str, Any]]:
-        """Route every state (on a worker thread: detection reads the text), then answer each
-        (checkpoint, language) group on its leased agent, the groups concurrently. Results come
-        back in the caller's order, each with its `routing`, as `Router.predict` and
-        `predict_batch` give them."""
+        """laya serve's answer: `Router.predict` for one state, `Router.predict_batch` for a
+        batch, through the call pipeline on the event loop (the Router's hooks fire per
+        request, as laya serve's do). The states are routed first, on a worker thread
+        (detection reads the text), so a control the Router refuses is laya serve's 422."""
         loop = asyncio.get_running_loop()
         self._in_flight += 1
         try:
             decisions = await loop.run_in_executor(None, route_all, self.router, ask)
-            groups: Dict[Tuple[str, Any], List[int]] = {}
-            for i, decision in enumerate(decisions):
-                said = ask.lang
-                if said is None:
-                    said = (decision.get("detection") or {}).get("language")
-                groups.setdefault((self.router.resolve(decision["model"]), said), []).append(i)
-            results: List[Any] = [None] * len(decisions)
-
-            async def answer_group(key: str, lang: Any, indices: List[int]) -> None:
-                async with self._leased(key) as agent:
-                    answers = await agent.predict_batch_async(
-                        [ask.body.states[i] for i in indices], ask.body.questions,
-                        batch_size=ask.body.batch_size, lang=lang, max_len=ask.body.max_len,
-                        head_max_len=ask.body.head_max_len, min_confidence=ask.min_confidence)
-                for i, result in zip(indices, answers):
-                    result["routing"] = dict(decisions[i])
-                    results[i] = result
-
-            tasks = [asyncio.ensure_future(answer_group(key, lang, indices))
-                     for (key, lang), indices in groups.items()]
-            try:
-                await asyncio.gather(*tasks)
-            except BaseException:  # one group failed (or the client left): stop the others
-                for task in tasks:
-                    task.cancel()
-                raise
-            return results
+            body = ask.body
+            if not batch:
+                return [await run_async(router_one(
+                    self.router, body.states[0], body.questions, lang=ask.lang,
+                    max_len=body.max_len, head_max_len=body.head_max_len,
+                    min_confidence=ask.min_confidence, decision=decisions[0]))]
+            controls = {k: v for k, v in (("lang", ask.lang), ("max_len", body.max_len),
+                                          ("head_max_len", body.head_max_len)) if v is not None}
+            requests = [dict(state=state, questions=body.questions, **controls)
+                        for state in body.states]
+            return await run_async(router_batch(
+                self.router, requests, batch_size=body.batch_size,
+                min_confidence=ask.min_confidence, decisions=decisions))
         finally:
             self._in_flight -= 1
             self._last_request = time.monotonic()
-
-    @asynccontextmanager
-    async def _leased(self, key: str) -> AsyncIterator[Agent]:
-        """`Router.lease` for the event loop: the agent for `key` is loaded on a worker thread
-        if it is not resident, and held until the block ends (an eviction meanwhile lets it go
-        only after). A request cancelled while the load runs returns the lease once the load
-        is done."""
-        lease = self.router.lease(key)
-        pending = asyncio.get_running_loop().run_in_executor(None, lease.__enter__)
-        try:
-            agent = await asyncio.shield(pending)
-        except asyncio.CancelledError:
-            def give_back(done: "asyncio.Future[Any]") -> None:
-                if not done.cancelled() and done.exception() is None:
-                    lease.__exit__(None, None, None)
-
-            pending.add_done_callback(give_back)
-            raise
-        try:
-            yield agent
-        finally:
-            lease.__exit__(None, None, None)
 
     def resident(self) -> Dict[str, Agent]:
         """The loaded agents by name, least recently used first, without touching the LRU."""
