@@ -1,65 +1,27 @@
-"""Model name, alias, `hf://` reference or path -> a local checkpoint directory.
+"""A model string -> a local checkpoint directory: finding it, and fetching it from the Hub.
 
-`kime.Kime` never downloads: `resolve` looks names up offline. Two functions here do download:
-`pull` (behind `kime pull`) and `fetch`, which Laya's surface (`kime.load`) calls because
-`laya.load` downloads a checkpoint missing from the cache on first use.
+What a string means (a built-in or alias, an `hf://` reference, a repo id or a path) is
+`kime.names`'s to say; this module only finds the directory it points at. `kime.Kime` never
+downloads: `resolve` looks names up offline. Two functions here do download: `pull` (behind
+`kime pull`) and `fetch`, which Laya's surface (`kime.load`) calls because `laya.load`
+downloads a checkpoint missing from the cache on first use.
 
-The spellings are Laya 0.4.15's (`laya/router.py` names and aliases, `laya/agent.py::load` and
-`_is_local_checkpoint_arg` for telling a path from a name), so a string that loads a checkpoint in
-Laya names the same one here. Hub checkpoints are looked up in huggingface_hub's own cache with
-`local_files_only=True`: the engine must start the same way with or without a network, and
-fetching is an explicit step (`kime pull`), not a side effect of loading an engine.
+Hub checkpoints are looked up in huggingface_hub's own cache with `local_files_only=True`: the
+engine must start the same way with or without a network, and fetching is an explicit step
+(`kime pull`), not a side effect of loading an engine.
 """
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import ModelNotFound
+from .names import ALIASES, BUNDLE_REPO, CONFIG_FILE, HF_PREFIX, MODELS, hub_checkpoint, parse
+from .names import ModelName as Source
 
-BUNDLE_REPO = "convaiinnovations/laya"
-"""The Hub repo that bundles the three published checkpoints, one per subfolder."""
-
-MODELS: dict[str, str | None] = {
-    "english": None,
-    "multilingual": "multilingual",
-    "typed-decisions": "typed-decisions",
-}
-"""Each built-in name's subfolder of `BUNDLE_REPO`; None is the repo root."""
-
-ALIASES: dict[str, str] = {
-    "en": "english", "laya": "english", "default": "english",
-    "multi": "multilingual", "ml": "multilingual", "laya-multilingual": "multilingual",
-    "typed": "typed-decisions", "typed_decisions": "typed-decisions",
-    "laya-typed-decisions": "typed-decisions", "decisions": "typed-decisions",
-}
-"""Spellings people type, after trimming and lowercasing, mapped to a name in `MODELS`."""
-
-CONFIG_FILE = "rl_agent_config.json"
-HF_PREFIX = "hf://"
 # Only the files a checkpoint needs, as Laya asks for them: the bundle's root also holds the
 # sibling checkpoints, which an unfiltered snapshot would count as part of the root one.
 CHECKPOINT_PATTERNS = (CONFIG_FILE, "model.safetensors", "tokenizer/*", "encoder/*")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-@dataclass(frozen=True)
-class Source:
-    """Where a name points: a Hub repo and optional subfolder, or a local directory."""
-
-    name: str
-    repo: str | None = None
-    subfolder: str | None = None
-    path: Path | None = None
-    builtin: str | None = None
-
-    def describe(self) -> str:
-        if self.path is not None:
-            return f"local directory {self.path}"
-        where = f"subfolder {self.subfolder!r} of " if self.subfolder else "root of "
-        return f"{where}Hugging Face repo {self.repo}"
 
 
 def resolve(name: str, *, cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -80,42 +42,8 @@ def describe(name: str) -> str:
 
 
 def locate(name: str) -> Source:
-    """Parse `name` into a Source by Laya's rules; checks nothing exists except to tell a path."""
-    text = str(name).strip()
-    if not text:
-        raise ModelNotFound(f"empty model name; {_known_names()}")
-    if text.lower().startswith(HF_PREFIX):
-        return _parse_hf(text)
-    builtin = ALIASES.get(text.lower(), text.lower())
-    if not _looks_local(text):
-        if builtin in MODELS:
-            return Source(text, BUNDLE_REPO, MODELS[builtin], builtin=builtin)
-        if os.path.isdir(text):
-            return Source(text, path=Path(os.path.abspath(text)))
-        raise ModelNotFound(f"unknown model {text!r}; {_known_names()}")
-    expanded = os.path.expanduser(text)
-    if not os.path.exists(expanded) and _REPO_ID.match(text):
-        return Source(text, text, None)
-    return Source(text, path=Path(os.path.abspath(expanded)))
-
-
-def _looks_local(text: str) -> bool:
-    """Laya's `_is_local_checkpoint_arg`: a separator, a leading `.`/`~`, or a checkpoint dir."""
-    if text.startswith((".", "~")):
-        return True
-    if os.sep in text or "/" in text or "\\" in text:
-        return True
-    return os.path.isfile(os.path.join(text, CONFIG_FILE))
-
-
-def _parse_hf(text: str) -> Source:
-    parts = [part for part in text[len(HF_PREFIX):].split("/") if part]
-    repo = "/".join(parts[:2])
-    if len(parts) < 2 or not _REPO_ID.match(repo) or any(part in (".", "..") for part in parts):
-        raise ModelNotFound(
-            f"bad Hub reference {text!r}: expected hf://org/repo or hf://org/repo/sub/folder"
-        )
-    return Source(text, repo, "/".join(parts[2:]) or None)
+    """Where `name` points, as `kime.names.parse` reads it: the start of every lookup here."""
+    return parse(name)
 
 
 def _local(source: Source, directory: Path) -> Path:
@@ -216,7 +144,7 @@ def fetch(repo: str, *, subfolder: str | None = None, revision: str | None = Non
     import huggingface_hub  # slow to import; looked up at call time so tests can patch it
     from huggingface_hub import constants
 
-    source = Source(repo if not subfolder else f"{repo}/{subfolder}", repo, subfolder)
+    source = hub_checkpoint(repo, subfolder)
     cache = constants.HF_HUB_CACHE
     prefix = f"{subfolder}/" if subfolder else ""
     patterns = allow_patterns(subfolder)
@@ -274,8 +202,5 @@ def _missing_message(source: Source, cache: str, reason: str,
     )
 
 
-def _known_names() -> str:
-    return (
-        f"known names: {', '.join(MODELS)} (aliases: {', '.join(sorted(ALIASES))}); "
-        "or pass hf://org/repo[/subfolder], an org/repo id, or a checkpoint directory"
-    )
+__all__ = ["ALIASES", "BUNDLE_REPO", "CHECKPOINT_PATTERNS", "CONFIG_FILE", "HF_PREFIX", "MODELS",
+           "Source", "allow_patterns", "describe", "fetch", "locate", "pull", "resolve"]

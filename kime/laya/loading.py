@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any, Optional, Tuple
 
-from .. import hub
+from .. import hub, names
 from ..checkpoint import read_agent_config
 from ..errors import ModelNotFound
 from .calibration import resolve_lang_temperatures
@@ -30,12 +30,6 @@ def backend_name(name: Any) -> str:
     return key
 
 
-def is_local(text: str) -> bool:
-    """Laya's `_is_local_checkpoint_arg`: a path separator, a leading `.`/`~`, or a directory
-    holding a checkpoint. Anything else is a name or alias."""
-    return bool(text) and hub._looks_local(text)
-
-
 def checkpoint_dir(name: str, subfolder: Optional[str], revision: Optional[str],
                     token: Optional[str]) -> Tuple[str, Optional[str]]:
     """(the checkpoint's directory, the Hub commit it was loaded at), as Laya finds it: an
@@ -44,15 +38,15 @@ def checkpoint_dir(name: str, subfolder: Optional[str], revision: Optional[str],
     commit: Optional[str] = None
     if os.path.exists(name):
         base = name
-    elif name.startswith(("/", "./", "../")) or os.path.isabs(name):
+    elif names.is_explicit_path(name):
         raise ModelNotFound("Local model path not found: %r. Check that the directory exists and "
                             "that training saved the model successfully." % name)
     else:
-        source = hub.locate(name)
-        if source.path is not None:
+        source = names.parse(name)
+        if source.kind is names.Kind.PATH:
             base = str(hub.resolve(name))  # a path spelled with `~`: resolve names what is wrong
         else:
-            repo = source.repo or hub.BUNDLE_REPO
+            repo = source.repo or names.BUNDLE_REPO
             inner = "/".join(p for p in (source.subfolder, subfolder) if p) or None
             pinned = resolve_revision(repo, revision)
             snapshot = hub.fetch(repo, subfolder=inner, revision=pinned, token=token)
@@ -80,8 +74,8 @@ def resolved_languages(directory: str, lang_temperatures: Any) -> Any:
 def builtin_alias(name: Any, subfolder: Optional[str]) -> Tuple[Any, Optional[str]]:
     """`laya.load`'s reading of a built-in alias (`laya`, `ml`, ...): the bundle repo and the
     alias's subfolder; anything else is returned as it is."""
-    if isinstance(name, str) and subfolder is None and not is_local(name):
-        builtin = hub.ALIASES.get(name.strip().lower(), name.strip().lower())
-        if builtin in hub.MODELS:
-            return hub.BUNDLE_REPO, hub.MODELS[builtin]
+    if isinstance(name, str) and subfolder is None and not names.is_local_checkpoint_arg(name):
+        spec = names.builtin_spec(name)
+        if spec is not None:
+            return spec
     return name, subfolder
