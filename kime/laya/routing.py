@@ -3,37 +3,29 @@ aliases of the checkpoints, the typed-decisions workflows, language codes, and t
 of Laya 0.4.15's `Router._route` (explicit model > task > detected workflow when enabled >
 lang > lang_guess > detected language > default), with Laya's reasons word for word.
 
-`kime.laya.router.Router` keeps the engines; this module only decides. The built-in names and
-their aliases are `kime.hub`'s, the same table `kime.load` resolves.
+`kime.laya.router.Router` keeps the engines; this module only decides. What a name means (the
+built-ins, their aliases, the canonical spelling, the registrable-name rule) is `kime.names`'s,
+the same table `kime.load` resolves; the names below are re-exported from it.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from .. import hub
+from .. import names
 from ..errors import InvalidArgument, InvalidRequest, Problem, problem
+from ..names import ALIASES, BUNDLE_REPO, NAME, canonical_name
 from .lang import analyse
-
-BUNDLE_REPO = hub.BUNDLE_REPO
-"""The Hub repo holding the three published checkpoints, one per subfolder."""
 
 Spec = Union[str, Tuple[str, Optional[str]], List[Any], None]
 """A checkpoint source: a repo id or local path, a (repo, subfolder) pair, or None for an
 attached agent that has nothing to be rebuilt from."""
 
 DEFAULT_MODELS: Dict[str, Tuple[str, Optional[str]]] = {
-    name: (BUNDLE_REPO, sub) for name, sub in hub.MODELS.items()}
+    name: (BUNDLE_REPO, sub) for name, sub in names.MODELS.items()}
 """Each built-in checkpoint as (repo, subfolder) of the bundle."""
 
-STANDALONE_MODELS: Dict[str, str] = {
-    "english": "convaiinnovations/laya",
-    "multilingual": "convaiinnovations/laya-multilingual",
-    "typed-decisions": "convaiinnovations/laya-typed-decisions",
-}
+STANDALONE_MODELS: Dict[str, str] = names.STANDALONE_REPOS
 """The same checkpoints in their own repos (`Router(standalone_repos=True)`)."""
-
-ALIASES = hub.ALIASES
 
 TYPED_DECISION_WORKFLOWS: Dict[str, frozenset] = {
     "agent_trace_observability": frozenset({"action", "needs_review", "outcome", "risk",
@@ -46,10 +38,6 @@ TYPED_DECISION_WORKFLOWS: Dict[str, frozenset] = {
                                      "true_positive", "urgency"}),
 }
 """The question ids of the four workflows `typed-decisions` was fine-tuned on."""
-
-NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-"""A name a caller may register (after trimming and lowercasing): no `/`, because a repo id or
-a path is a source, not a name."""
 
 # Codes a `lang=` may carry that say the English checkpoint reads the text, and codes that name
 # no language at all (`LANG=C` in a container, ISO's undetermined/none/multiple), which abstain.
@@ -75,12 +63,6 @@ def _error(problems: List[Problem]) -> InvalidRequest:
     return (InvalidArgument if typed else InvalidRequest)(problems)
 
 
-def canonical_name(name: Any) -> str:
-    """`name` trimmed, lowercased and de-aliased; whether it names a checkpoint is not asked."""
-    key = str(name).strip().lower()
-    return ALIASES.get(key, key)
-
-
 def unknown_model(name: Any, known: Iterable[str],
                   loc: Sequence[Any] = ("model",)) -> InvalidRequest:
     return refusal(
@@ -90,8 +72,8 @@ def unknown_model(name: Any, known: Iterable[str],
 
 def normalise_name(name: Any) -> str:
     """The built-in checkpoint `name` (or an alias of it) names; refused otherwise."""
-    key = canonical_name(name)
-    if key not in DEFAULT_MODELS:
+    key = names.builtin(name)
+    if key is None:
         raise unknown_model(name, DEFAULT_MODELS)
     return key
 
@@ -99,8 +81,7 @@ def normalise_name(name: Any) -> str:
 def resolve_model_spec(name: Any) -> Optional[Tuple[str, Optional[str]]]:
     """(repo, subfolder) of a built-in name or alias, or None for anything else (a repo id, a
     path), which callers pass through untouched."""
-    key = canonical_name(name)
-    return DEFAULT_MODELS[key] if key in DEFAULT_MODELS else None
+    return names.builtin_spec(name)
 
 
 def split_spec(spec: Spec) -> Tuple[Any, Optional[str]]:
@@ -251,7 +232,7 @@ def _by_detection(found: Dict[str, Any], default: str) -> Tuple[str, str]:
     return "english", "English Latin text"
 
 
-__all__ = ["ALIASES", "BUNDLE_REPO", "DEFAULT_MODELS", "RouteDecision", "STANDALONE_MODELS",
-           "TYPED_DECISION_WORKFLOWS", "canonical_name", "decide", "english_from_code",
-           "match_typed_decisions_workflow", "normalise_name", "repo_str",
+__all__ = ["ALIASES", "BUNDLE_REPO", "DEFAULT_MODELS", "NAME", "RouteDecision",
+           "STANDALONE_MODELS", "TYPED_DECISION_WORKFLOWS", "canonical_name", "decide",
+           "english_from_code", "match_typed_decisions_workflow", "normalise_name", "repo_str",
            "resolve_model_spec"]

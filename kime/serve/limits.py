@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from fastapi import HTTPException
 
+from .. import names
 from ..request import budget_problems, raise_if
 
 MAX_QUESTIONS = 64
@@ -149,10 +150,9 @@ def check_model(requested: Any, served: str) -> None:
     text = requested.strip()
     if text == served or text.lower() == served.lower():
         return
-    from ..hub import ALIASES, MODELS
-
-    key = text.lower()
-    if key in ALIASES or key in MODELS or "/" in text or "\\" in text:
+    # A built-in or alias, or anything with a separator (a path, a repo id, an hf:// ref). A
+    # leading `.` or `~` alone does not count here, unlike a routed body's `written_as_source`.
+    if names.builtin(text) is not None or names.has_separator(text):
         raise refuse(422, "unknown model %r: this server runs %r only; omit model, or send it to "
                      "a server that runs %r" % (text, served, text))
 

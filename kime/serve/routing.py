@@ -12,16 +12,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..laya import routing as laya_routing
+from .. import names
 from ..laya.confidence import MinConfidence, check_min_confidence
 from .limits import Body, budgets, check_batch_controls, check_languages, check_shape, refuse
 from .settings import ConfigError, Settings
 
-PUBLISHED_IDS: Dict[str, str] = {repo: name for name, repo in
-                                 laya_routing.STANDALONE_MODELS.items()
-                                 if repo != laya_routing.BUNDLE_REPO}
+PUBLISHED_IDS: Dict[str, str] = names.PUBLISHED_IDS
 """The Hub ids of the published checkpoints, which pin one. The bundle id is not among them: a
 client sending `convaiinnovations/laya` asks the Router to choose."""
+
+names_a_source = names.written_as_source
+"""Whether a `model` value is written as a path or a Hub repo id, not as a checkpoint name or a
+Jev id such as `jev-1` (`kime.names.written_as_source`: the spelling alone, never the disk)."""
 
 
 # --- which server ------------------------------------------------------------------------------
@@ -30,7 +32,7 @@ def split_entry(entry: str) -> Tuple[Optional[str], str]:
     """`NAME=SOURCE` as (NAME, SOURCE); anything else (a path, an alias, a repo id) as
     (None, entry). NAME follows Laya's checkpoint names, so `./a=b` and `hf://x` stay sources."""
     name, sep, source = entry.partition("=")
-    if sep and source.strip() and laya_routing.NAME.match(name.strip().lower()):
+    if sep and source.strip() and names.is_checkpoint_name(name):
         return name.strip(), source.strip()
     return None, entry
 
@@ -144,12 +146,6 @@ def check_routed_body(raw: Any, batch: bool, resolve: Callable[[Any], str],
                lang_guess=raw.get("lang_guess"), min_confidence=min_confidence)
 
 
-def names_a_source(text: str) -> bool:
-    """Whether a `model` value is written as a path or a Hub repo id (a slash or backslash, or
-    a leading `.` or `~`), not as a checkpoint name or a Jev id such as `jev-1`."""
-    return bool(text) and (text[0] in ".~" or "/" in text or "\\" in text)
-
-
 def resolve_model(value: Any, resolve: Callable[[Any], str]) -> Optional[str]:
     """A body's `model` as laya serve reads it: the checkpoint it pins, or None to let the
     Router choose. A served name, an alias or a published Hub id pins. Nothing, the bundle id
@@ -158,10 +154,10 @@ def resolve_model(value: Any, resolve: Callable[[Any], str]) -> Optional[str]:
     if not value:
         return None
     text = str(value).strip()
-    published = PUBLISHED_IDS.get(text.lower())
+    published = names.published_builtin(text)
     if published is not None:
         return published
-    if text.lower() == laya_routing.BUNDLE_REPO:
+    if names.is_bundle_id(text):
         return None
     try:
         return resolve(value)
