@@ -23,7 +23,7 @@ from .calibration import Temperatures
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import InvalidArgument, problem, relocated
 from .executor import Executor, RowOutput
-from .factory import check_options, open_backend
+from .factory import Target, check_options, open_backend
 from .layout import Head, Job, Layouter, Row
 from .request import Questions, Request, validate
 from .scheduler import Scheduler
@@ -50,7 +50,8 @@ class Kime:
     looked up offline in the Hugging Face cache. `device` is `auto` (a GPU when one runs here,
     else the CPU), `cpu` or `cuda[:N]`. `precision` is `auto` (FP16 on a GPU, FP32 on the CPU),
     `f16` (GPU only), `f32`, `int8` or `bf16` (CPU only; bf16 needs AVX512_BF16). `threads=0`
-    uses every core.
+    uses every core. Both are parsed and checked once, here (`kime.factory.check_options`); a
+    layer above that has checked them already passes its `kime.factory.Target` as `device`.
 
     `answer_cache` bounds the rows whose raw outputs are kept (keyed by the row's token ids,
     markers and question type, so a hit is exactly what a forward pass would give) and
@@ -61,11 +62,11 @@ class Kime:
     fit the token budget; 1: one request at a time, for measuring what merging gains).
     """
 
-    def __init__(self, model: str, device: Union[str, Device, None] = "auto",
+    def __init__(self, model: str, device: Union[str, Device, Target, None] = "auto",
                  precision: Union[str, Precision, None] = "auto", threads: int = 0,
                  preload: bool = False, answer_cache: int = 4096, token_cache: int = 1024,
                  max_merge: int = 0):
-        check_options(device, precision, threads)  # before any file is read
+        target = check_options(device, precision, threads)  # before any file is read
         self.model_id: str = str(model)
         self.checkpoint: Checkpoint = load_checkpoint(str(hub.resolve(self.model_id)))
         cfg = self.checkpoint.config
@@ -74,7 +75,7 @@ class Kime:
         self.temperatures.warn()
         self.layouter = Layouter(self.checkpoint.tokenizer, cfg.max_len, cfg.head_max_len,
                                  token_cache)
-        self.backend: Backend = open_backend(self.checkpoint, device, precision, threads,
+        self.backend: Backend = open_backend(self.checkpoint, target, threads,
                                              preload=bool(preload))
         self.executor = Executor(self.backend, answer_cache)
         self.scheduler = Scheduler(self.executor.run, budget=self.executor.max_batch_tokens,

@@ -23,16 +23,25 @@ class Target:
     precision: Precision
 
 
-def check_options(device: Union[str, Device, None], precision: Union[str, Precision, None],
-                  threads: object) -> Target:
+def check_options(device: Union[str, Device, Target, None],
+                  precision: Union[str, Precision, None], threads: object) -> Target:
     """Refuse a device, precision or thread count that cannot run, before any weight is read,
-    and resolve `auto`. For `cuda` this imports CuPy and finds the GPU, so each reason a GPU
-    cannot run raises its own `CudaUnavailable` here."""
+    and resolve `auto`: the one parse of a caller's device and precision, done where the
+    caller's strings enter (`kime.Kime`, Laya's `load`); what it returns travels down typed.
+
+    For `cuda` this imports CuPy and finds the GPU, so each reason a GPU cannot run raises its
+    own `CudaUnavailable` here. A `Target` passed as `device` was checked by an outer layer and
+    is returned as it is, with `precision` left unset (`auto`) or naming the same precision.
+    """
+    if isinstance(device, Target):
+        return _checked(device, precision, threads)
     dev = Device.parse(device)
     prec = Precision.parse(precision)
     parse_threads(threads)
     if dev.is_auto:
         dev = resolve_auto(prec)
+        if dev.kind == "cuda":  # the probe that picked it has just opened CuPy on it
+            return Target(dev, prec.on(dev))
     if dev.kind == "cuda":
         prec = prec.on(dev)  # refuses int8 and bf16 before CuPy is asked anything
         from ._cuda.device import open_cupy
@@ -47,6 +56,18 @@ def check_options(device: Union[str, Device, None], precision: Union[str, Precis
     return Target(dev, prec)
 
 
+def _checked(target: Target, precision: Union[str, Precision, None], threads: object) -> Target:
+    """A `Target` handed down from an edge, taken as it is: CuPy is not asked again. A precision
+    given beside it must agree with it; a hand-made one still holding `auto` is checked."""
+    parse_threads(threads)
+    if Precision.parse(precision) not in (Precision.AUTO, target.precision):
+        raise BadOption("precision=%r contradicts the Target's %r; give the precision once"
+                        % (str(precision), str(target.precision)))
+    if target.device.is_auto or target.precision is Precision.AUTO:
+        return check_options(target.device, target.precision, threads)
+    return target
+
+
 def resolve_auto(precision: Precision) -> Device:
     """`auto`: GPU 0 when CuPy imports and a GPU answers (and the precision runs on one), else
     the CPU. The backend's `describe()` says which was picked."""
@@ -57,16 +78,15 @@ def resolve_auto(precision: Precision) -> Device:
     return Device("cuda", 0) if probe(0) is None else Device("cpu")
 
 
-def open_backend(ck: Checkpoint, device: Union[str, Device, None] = None,
-                 precision: Union[str, Precision, None] = None, threads: int = 0,
+def open_backend(ck: Checkpoint, target: Target, threads: int = 0,
                  preload: bool = False) -> Backend:
-    """The backend for a device and precision.
+    """The backend for a device and precision that `check_options` resolved (so nothing here
+    parses a string or asks CuPy again).
 
     On a GPU that is the CuPy backend (`f16` by default, or `f32`). On the CPU it is the compiled
     backend (`f32` by default, `int8`, or `bf16`); `KIME_CPU_BACKEND=reference` picks the NumPy
     reference instead (slow; the oracle the tests compare against).
     """
-    target = check_options(device, precision, threads)
     if target.device.kind == "cuda":
         from ._cuda.backend import CudaBackend
 

@@ -119,9 +119,9 @@ class Agent(HookRegistry):
             verify_digests(directory, expected_sha256)  # before any file is parsed
             asked = device if device is None or str(device).strip().lower() != "auto" else None
             # Laya's order of warnings: the device, the languages, then the checkpoint's values.
-            use, fell_back = choose(asked, precision, threads)
+            target, fell_back = choose(asked, precision, threads)
             lang_temperatures = resolved_languages(directory, lang_temperatures)
-            self.engine = Kime(directory, device=use, precision=precision, threads=threads,
+            self.engine = Kime(directory, device=target, threads=threads,
                                answer_cache=answer_cache)
             self._owns_engine = True
             if fell_back is not None:

@@ -8,6 +8,10 @@ from typing import Any, Optional, Tuple
 
 from ..backend import Device
 from ..errors import BadDeviceOrdinal, CudaUnavailable, warn_caller
+from ..factory import Target, check_options
+
+CPU = Device("cpu")
+
 
 class TorchLikeDevice:
     """`str()`, `.type` and `.index` as `torch.device` gives them: `cpu`, `cuda`, `cuda:1`.
@@ -58,25 +62,24 @@ def requested(device: Any) -> Tuple[Any, Optional[str]]:
     return device, None
 
 
-def choose(device: Any, precision: Any = None, threads: Any = 0) -> Tuple[Any, Optional[str]]:
-    """The device to open, and why it is the CPU instead of what was asked (None when it is
-    what was asked). A GPU that cannot run here warns with Laya's message; an unknown device or
-    a bad precision/threads is still refused (`kime.factory.check_options`), before any file of
-    the checkpoint is read."""
-    from ..factory import check_options
-
+def choose(device: Any, precision: Any = None, threads: Any = 0) -> Tuple[Target, Optional[str]]:
+    """The device and precision to open, checked once here where Laya's caller's strings enter
+    (`kime.factory.check_options`), and why it is the CPU instead of what was asked (None when
+    it is what was asked). The engine takes the `Target` as it is. A GPU that cannot run here
+    warns with Laya's message and the CPU answers; an unknown device or a bad precision/threads
+    is still refused, before any file of the checkpoint is read."""
     asked, warning = requested(device)
     if warning is not None:
         warn_caller(warning)
-        return asked, warning
+        return check_options(asked, precision, threads), warning
+    wanted = Device.parse(asked)
     try:
-        check_options(asked, precision, threads)
-        return asked, None
+        return check_options(wanted, precision, threads), None
     except CudaUnavailable as err:
         if isinstance(err, BadDeviceOrdinal):
             message = ("Warning: CUDA device %s not found (%s). Falling back to CPU."
-                       % (Device.parse(asked), err))
+                       % (wanted, err))
         else:
             message = "Warning: CUDA requested but not available. Falling back to CPU."
         warn_caller(message)
-        return "cpu", str(err)
+        return check_options(CPU, precision, threads), str(err)
