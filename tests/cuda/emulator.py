@@ -1,11 +1,11 @@
 """The CUDA backend on a CPU: a stand-in for CuPy whose "device" arrays are NumPy arrays, and
-stand-ins for the kernels and GEMMs that run the float64 references of ref.py.
+stand-ins for the kernels and GEMMs that run the float64 references of tests/kernels/reference.py.
 
 Everything else is the real backend: the plan's arena, its lowered list of launches, the layout of
 a batch into slots, the one-copy metadata upload (a real memmove), the graph capture and replay
 (launches made while capturing are recorded, not run) and the split on running out of memory.
 So the lowering, the slot layout and the masks are checked against the NumPy reference forward
-pass on any machine; the kernels themselves are checked against ref.py on a GPU.
+pass on any machine; the kernels themselves are checked against the same references on a GPU.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Callable, List, Optional
 
 import numpy as np
 
-from . import ref
+from ..kernels import reference as ref
 
 
 class _Pointer:

@@ -1,4 +1,4 @@
-"""Each kernel of kernels.cu against its float64 reference (ref.py), in FP32 and FP16, on slot
+"""Each kernel of kernels.cu against its float64 reference (tests/kernels/reference.py), in FP32 and FP16, on slot
 layouts with odd row lengths, one-token rows, windows wider than the row; slots a launch must not
 touch hold sentinels that are checked afterwards. Needs a GPU; skips saying why without one."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from kime._cuda.layout import Layout, aligned_tokens, buffer_ints, pick_cap
 from kime.batch import Batch
 
 from ..tolerances import FP16, FP32
-from . import ref
+from ..kernels import reference as ref
 
 # Worst absolute error on O(1) values, scaled by max(1, |want|.max()).
 TOL = {"f32": FP32.cuda_kernel.atol, "f16": FP16.kernel.atol}

@@ -1,5 +1,6 @@
 """forward.c's act head, through the `_forward.act_features` and `_forward.act_head` test entries,
-against float64 NumPy references written from Laya's definition (kime/graph.py, step 6):
+against the float64 NumPy references of reference.py, written from Laya's definition
+(kime/graph.py, step 6):
 `p = softmax(logits)`, `k = max(options, 2)`, features `[top1, top1 - top2,
 -sum(p log max(p, 1e-9)) / log k, k / 255]`, then
 `softmax(act_head.2(gelu(act_head.0([x[first token], features]))))`.
@@ -19,38 +20,9 @@ from kime import graph
 from kime._cpu import _forward, _gemm
 
 from ..tolerances import FP32
+from . import reference
 
 ISAS = list(range(_gemm.isa_detect() + 1))
-_erf = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def features_reference(logits: np.ndarray) -> np.ndarray:
-    """The four features of one row's option logits, in float64."""
-    if len(logits) == 0:  # forward.c's answer for a row without options
-        return np.array([0.0, 0.0, 0.0, 2 / 255])
-    z = logits.astype(np.float64)
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    k = max(len(z), 2)
-    entropy = -(p * np.log(np.maximum(p, 1e-9))).sum() / math.log(k)
-    top = np.sort(p)[::-1]
-    top2 = top[1] if len(top) > 1 else 0.0
-    return np.array([top[0], top[0] - top2, entropy, k / 255])
-
-
-def act_head_reference(x: np.ndarray, cu: np.ndarray, logits: np.ndarray, mcu: np.ndarray,
-                       w0: np.ndarray, b0: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> np.ndarray:
-    out = np.empty((len(cu) - 1, len(b2)))
-    for r in range(len(cu) - 1):
-        feats = features_reference(logits[mcu[r]:mcu[r + 1]])
-        pre = w0.astype(np.float64) @ np.concatenate([x[cu[r]].astype(np.float64), feats]) + b0
-        hidden = 0.5 * pre * (1.0 + _erf(pre / math.sqrt(2.0)))
-        a = w2.astype(np.float64) @ hidden + b2
-        a = np.exp(a - a.max())
-        out[r] = a / a.sum()
-    return out
-
-
 def offsets(lengths: list[int]) -> np.ndarray:
     return np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
 
@@ -77,7 +49,7 @@ def test_features_match_float64(scale):
     mcu = offsets(counts)
     got = features(logits, mcu)
     for r in range(len(counts)):
-        np.testing.assert_allclose(got[r], features_reference(logits[mcu[r]:mcu[r + 1]]),
+        np.testing.assert_allclose(got[r], reference.act_features(logits[mcu[r]:mcu[r + 1]]),
                                    **FP32.act_features.kw, err_msg=f"k={counts[r]}")
 
 
@@ -92,7 +64,7 @@ def test_features_edge_cases():
     ]
     got = features(np.concatenate(rows), offsets([len(r) for r in rows]))
     for r, row in enumerate(rows):
-        np.testing.assert_allclose(got[r], features_reference(row), **FP32.act_features.kw,
+        np.testing.assert_allclose(got[r], reference.act_features(row), **FP32.act_features.kw,
                                    err_msg=f"row {r}: {row}")
     assert got[0, 1] == got[0, 0]  # one option: the margin is top1 itself
     assert got[1, 1] == 0 and got[5, 1] == 0
@@ -144,7 +116,7 @@ def test_act_head_matches_float64(isa, d, n_act, tokens, options):
     weights, packed = make_head(d, n_act, isa, seed=d)
     x, cu, logits, mcu = make_batch(d, tokens, options, seed=d + 1)
     got = run_head(x, cu, logits, mcu, packed, n_act, isa)
-    np.testing.assert_allclose(got, act_head_reference(x, cu, logits, mcu, *weights),
+    np.testing.assert_allclose(got, reference.act_head_rows(x, cu, logits, mcu, *weights),
                                **FP32.act_head.kw)
     if n_act == 1:
         np.testing.assert_array_equal(got, 1.0)

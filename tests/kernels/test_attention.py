@@ -1,4 +1,4 @@
-"""kime._cpu._attention (csrc/attention.c) against float64 NumPy references and the model oracle.
+"""kime._cpu._attention (csrc/attention.c) against reference.py (float64) and the oracle.
 
 The float64 references loop per row and per head and build the full score matrix, so they share
 nothing with the kernel's blocked online softmax. Every path (portable, AVX2, AVX-512) the CPU has
@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
-from kime._cpu import _attention, reference
+from kime._cpu import _attention
+from kime._cpu import reference as oracle
 
 from ..tolerances import FP32
+from . import reference
 
 WINDOWS = [0, 1, 4, 64, 1000, -1]
 
@@ -43,37 +45,8 @@ def random_qkv(lens, H: int, hd: int, seed: int, scale: float = 1.5) -> np.ndarr
     return (rng.standard_normal((int(sum(lens)), 3 * H * hd)) * scale).astype(np.float32)
 
 
-def attention_reference(qkv, cu, H, hd, half_window) -> np.ndarray:
-    x = qkv.astype(np.float64)
-    out = np.zeros((qkv.shape[0], H * hd))
-    for a, b in zip(cu[:-1], cu[1:]):
-        if a == b:
-            continue
-        pos = np.arange(b - a)
-        for h in range(H):
-            q, k, v = (x[a:b, (part * H + h) * hd:(part * H + h + 1) * hd] for part in range(3))
-            scores = q @ k.T / np.sqrt(hd)
-            if half_window >= 0:
-                scores[np.abs(pos[:, None] - pos[None, :]) > half_window] = -np.inf
-            p = np.exp(scores - scores.max(axis=1, keepdims=True))
-            out[a:b, h * hd:(h + 1) * hd] = (p / p.sum(axis=1, keepdims=True)) @ v
-    return out
-
-
-def rope_reference(qkv, cu, H, hd, cos, sin) -> np.ndarray:
-    x = qkv.astype(np.float64)
-    half = hd // 2
-    for a, b in zip(cu[:-1], cu[1:]):
-        c, s = cos[:b - a].astype(np.float64), sin[:b - a].astype(np.float64)
-        for u in range(2 * H):  # q heads, then k heads
-            lo, hi = x[a:b, u * hd:u * hd + half].copy(), x[a:b, u * hd + half:(u + 1) * hd].copy()
-            x[a:b, u * hd:u * hd + half] = lo * c - hi * s
-            x[a:b, u * hd + half:(u + 1) * hd] = hi * c + lo * s
-    return x
-
-
 def tables(n: int, hd: int, theta: float = 10000.0):
-    cos, sin = reference.rope_tables(n, hd, theta)
+    cos, sin = oracle.rope_tables(n, hd, theta)
     return np.ascontiguousarray(cos[:, :hd // 2]), np.ascontiguousarray(sin[:, :hd // 2])
 
 
@@ -84,7 +57,7 @@ def test_attention_mixed_rows(isa, hd, half_window):
     cu = bounds(lens)
     qkv = random_qkv(lens, H, hd, seed=hd + half_window)
     out = _attention.attention(qkv, cu, H, hd, half_window)
-    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window),
+    np.testing.assert_allclose(out, reference.attention_rows(qkv, cu, H, hd, half_window),
                                **FP32.attention.kw)
 
 
@@ -97,7 +70,7 @@ def test_attention_random_shapes(isa, seed):
     cu = bounds(lens)
     qkv = random_qkv(lens, H, hd, seed)
     out = _attention.attention(qkv, cu, H, hd, half_window)
-    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window),
+    np.testing.assert_allclose(out, reference.attention_rows(qkv, cu, H, hd, half_window),
                                **FP32.attention.kw)
 
 
@@ -108,7 +81,7 @@ def test_attention_any_head_dim(isa, hd):
     qkv = random_qkv(lens, H, hd, seed=hd)
     for half_window in (-1, 3):
         out = _attention.attention(qkv, cu, H, hd, half_window)
-        np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, half_window),
+        np.testing.assert_allclose(out, reference.attention_rows(qkv, cu, H, hd, half_window),
                                **FP32.attention.kw)
 
 
@@ -118,11 +91,11 @@ def test_attention_sharp_softmax_as_accurate_as_oracle(isa, half_window):
     accuracy, so the kernel must do as well as the FP32 oracle, not meet FP32.attention."""
     n, H, hd = 200, 4, 64
     qkv = random_qkv([n], H, hd, seed=1, scale=6.0)
-    expected = attention_reference(qkv, bounds([n]), H, hd, half_window)
+    expected = reference.attention_rows(qkv, bounds([n]), H, hd, half_window)
     q, k, v = qkv.reshape(n, 3, H, hd).transpose(1, 2, 0, 3)
-    oracle = reference.attention(q, k, v, None if half_window < 0 else half_window)
+    fp32 = oracle.attention(q, k, v, None if half_window < 0 else half_window)
     error = np.abs(_attention.attention(qkv, bounds([n]), H, hd, half_window) - expected).max()
-    assert error <= 1.5 * np.abs(oracle - expected).max()
+    assert error <= 1.5 * np.abs(fp32 - expected).max()
 
 
 def test_attention_strided_out_and_empty_rows(isa):
@@ -131,7 +104,7 @@ def test_attention_strided_out_and_empty_rows(isa):
     qkv = random_qkv(lens, H, hd, seed=3)
     buffer = np.full((qkv.shape[0], H * hd + 7), np.nan, dtype=np.float32)
     out = _attention.attention(qkv, cu, H, hd, 4, out=buffer[:, 3:3 + H * hd])
-    np.testing.assert_allclose(out, attention_reference(qkv, cu, H, hd, 4), **FP32.attention.kw)
+    np.testing.assert_allclose(out, reference.attention_rows(qkv, cu, H, hd, 4), **FP32.attention.kw)
     assert np.isnan(buffer[:, :3]).all() and np.isnan(buffer[:, 3 + H * hd:]).all()
 
 
@@ -174,7 +147,7 @@ def test_attention_some_gives_the_full_attention_bits(isa, seed):
     for threads in (1, 2, 3):
         got = _attention.attention_some(q, qcu, qkv, cu, H, hd, threads=threads)
         np.testing.assert_array_equal(got, full[tokens])
-    ref = attention_reference(qkv, cu, H, hd, -1)[tokens]
+    ref = reference.attention_rows(qkv, cu, H, hd, -1)[tokens]
     np.testing.assert_allclose(got, ref, **FP32.attention.kw)
 
 
@@ -195,7 +168,7 @@ def test_rope_matches_reference():
     cu = bounds(lens)
     qkv = random_qkv(lens, H, hd, seed=5)
     cos, sin = tables(200, hd)
-    expected = rope_reference(qkv, cu, H, hd, cos, sin)
+    expected = reference.rope_rows(qkv, cu, H, hd, cos, sin)
     for threads in (1, 2):
         x = qkv.copy()
         _attention.rope(x, cu, H, hd, cos, sin, threads=threads)
@@ -217,11 +190,11 @@ def test_matches_model_oracle(isa, hd, half_window, theta):
     for a, b in zip(cu[:-1], cu[1:]):
         n = b - a
         q, k, v = qkv[a:b].reshape(n, 3, H, hd).transpose(1, 2, 0, 3)
-        full_cos, full_sin = reference.rope_tables(n, hd, theta)
-        q, k = (reference.apply_rope(part, full_cos, full_sin) for part in (q, k))
+        full_cos, full_sin = oracle.rope_tables(n, hd, theta)
+        q, k = (oracle.apply_rope(part, full_cos, full_sin) for part in (q, k))
         roped = np.concatenate([q, k]).transpose(1, 0, 2).reshape(n, 2 * H * hd)
         np.testing.assert_allclose(x[a:b, :2 * H * hd], roped, **FP32.rope.kw)
-        expected = reference.attention(q, k, v, None if half_window < 0 else half_window)
+        expected = oracle.attention(q, k, v, None if half_window < 0 else half_window)
         np.testing.assert_allclose(out[a:b], expected, **FP32.attention.kw)
 
 

@@ -20,7 +20,8 @@ from kime._cpu import _bgemm, _gemm
 from kime.buckets import BUCKETS
 
 from ..tolerances import BF16
-from .test_gemm import check, expected
+from . import reference
+from .reference import bf16, bf16_bits
 
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [0, 1, 2, 7, 13, 14, 15, 64, 333]
@@ -37,21 +38,6 @@ def serial_blas():
     """The float64 references are small: BLAS threads only wait on a busy machine."""
     with threadpool_limits(1):
         yield
-
-
-def bf16_bits(x: np.ndarray) -> np.ndarray:
-    """float32 -> bfloat16 bits as the kernels round: nearest even on the top 16 bits, a NaN
-    quietened (its top bits kept), a float32 denormal to a zero of its sign."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    nan = (u & 0x7FFFFFFF) > 0x7F800000
-    u = np.where((u & 0x7F800000) == 0, u & 0x80000000, u)
-    nearest = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
-    return np.where(nan, (u >> 16) | 0x40, nearest).astype(np.uint16)
-
-
-def bf16(x: np.ndarray) -> np.ndarray:
-    """float32 rounded to bfloat16, back in float32."""
-    return (bf16_bits(x).astype(np.uint32) << 16).view(np.float32).reshape(np.shape(x))
 
 
 @needs_bf16
@@ -84,9 +70,9 @@ def test_matches_float64_of_the_rounded_operands() -> None:
                                           bias=None if b is None else b[:n], epilogue=epilogue,
                                           out=out, threads=1 + (M == 333))
                         assert out is None or got is out
-                        want, tol_mag = expected(x[:, :n], mag[:, :n], epilogue,
+                        want, tol_mag = reference.epilogue_and_magnitude(x[:, :n], mag[:, :n], epilogue,
                                                  C0.astype(np.float64))
-                        check(got, want, tol_mag, max(K, 1),
+                        reference.check_gemm(got, want, tol_mag, max(K, 1),
                               f"{epilogue} bias={b is not None} M={M} K={K} N={n}")
 
 
@@ -99,7 +85,7 @@ def test_bucket_limit_rows() -> None:
     W = rng.standard_normal((N, K), dtype=np.float32)
     got = _bgemm.gemm(A, _bgemm.pack(W), N, K, threads=2)
     A64, W64 = bf16(A).astype(np.float64), bf16(W).astype(np.float64)
-    check(got, A64 @ W64.T, np.abs(A64) @ np.abs(W64).T, K, "bucket limit")
+    reference.check_gemm(got, A64 @ W64.T, np.abs(A64) @ np.abs(W64).T, K, "bucket limit")
 
 
 @needs_bf16

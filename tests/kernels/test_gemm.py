@@ -6,8 +6,6 @@ row is computed in; packing is a pure function of the weight.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
@@ -15,6 +13,7 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from kime._cpu import _gemm
 
 from ..tolerances import FP32
+from . import reference
 
 ISAS = list(range(_gemm.isa_detect() + 1))
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
@@ -22,43 +21,11 @@ MS = [1, 2, 7, 13, 64, 333]
 KS = [1, 3, 17, 64, 768]
 NS = [1, 5, 31, 32, 33, 96, 100]
 
-_erf = np.frompyfunc(math.erf, 1, 1)
-
-
 @pytest.fixture(autouse=True, scope="module")
 def serial_blas():
     """The float64 references are small: BLAS threads only wait on a busy machine."""
     with threadpool_limits(1):
         yield
-
-
-def gelu64(x: np.ndarray) -> np.ndarray:
-    return x * 0.5 * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64))
-
-
-def expected(x: np.ndarray, mag: np.ndarray, epilogue: str,
-             C0: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """The exact epilogue of x = A @ W.T + bias (float64), and the magnitude float32 rounding
-    errors scale with, given mag = |A| @ |W|.T + |bias|."""
-    if epilogue == "accum":
-        assert C0 is not None
-        return C0 + x, np.abs(C0) + mag
-    if epilogue == "gelu":
-        return gelu64(x), 1.2 * mag
-    if epilogue == "relu":
-        return np.maximum(x, 0.0), mag
-    if epilogue == "geglu":
-        half = x.shape[1] // 2
-        a, g = x[:, :half], x[:, half:]
-        return gelu64(a) * g, 1.2 * mag[:, :half] * np.abs(g) + np.abs(gelu64(a)) * mag[:, half:]
-    return x, mag
-
-
-def check(got: np.ndarray, want: np.ndarray, mag: np.ndarray, K: int, what: str) -> None:
-    tol = FP32.gemm.rtol * np.abs(want) + FP32.gemm.atol * math.sqrt(K) * mag + 1e-30
-    err = np.abs(got.astype(np.float64) - want)
-    bad = err > tol
-    assert not bad.any(), f"{what}: {bad.sum()} elements off, worst {(err / tol).max():.2f}x tol"
 
 
 @pytest.mark.parametrize("isa", ISAS, ids=[_gemm.isa_name(i) for i in ISAS])
@@ -88,9 +55,9 @@ def test_matches_float64(isa: int) -> None:
                                          epilogue=epilogue, out=out, threads=1 + (M == 333),
                                          isa=isa)
                         assert out is None or got is out
-                        want, tol_mag = expected(x[:, :n], mag[:, :n], epilogue,
+                        want, tol_mag = reference.epilogue_and_magnitude(x[:, :n], mag[:, :n], epilogue,
                                                  C0.astype(np.float64))
-                        check(got, want, tol_mag, K,
+                        reference.check_gemm(got, want, tol_mag, K,
                               f"{epilogue} bias={b is not None} M={M} K={K} N={n}")
 
 
@@ -102,7 +69,7 @@ def test_gelu_epilogue_is_erf_exact(isa: int) -> None:
     A = x.astype(np.float32)[:, None]
     got = _gemm.gemm(A, _gemm.pack(np.ones((3, 1), np.float32), isa=isa), 3, 1,
                      epilogue="gelu", isa=isa)
-    want = gelu64(A[:, 0].astype(np.float64))
+    want = reference.gelu(A[:, 0].astype(np.float64))
     tol = FP32.gelu_epilogue.rtol * np.abs(want) + FP32.gelu_epilogue.atol * np.abs(x) + 1e-45
     for j in range(3):
         assert (np.abs(got[:, j] - want) <= tol).all()
@@ -121,7 +88,7 @@ def test_strided_rows(isa: int) -> None:
     big_c = np.full((M, N + 5), 7.0, np.float32)
     _gemm.gemm(big_a[:, 3:3 + K], _gemm.pack(W, isa=isa), N, K, out=big_c[:, 2:2 + N], isa=isa)
     A = big_a[:, 3:3 + K].astype(np.float64)
-    check(big_c[:, 2:2 + N], A @ W.T, np.abs(A) @ np.abs(W).T, K, "strided")
+    reference.check_gemm(big_c[:, 2:2 + N], A @ W.T, np.abs(A) @ np.abs(W).T, K, "strided")
     assert (big_c[:, :2] == 7).all() and (big_c[:, 2 + N:] == 7).all()
 
 

@@ -14,23 +14,12 @@ import pytest
 from kime._cpu import _forward
 
 from ..tolerances import FP32
+from . import reference
 
 SHAPES = [(1, 1), (1, 7), (3, 8), (5, 9), (7, 13), (2, 17), (33, 65), (128, 96), (4, 768),
           (3, 1031), (576, 64)]
 EPS = [1e-5, 1e-6, 1e-12, 0.1]
 SENTINEL = np.float32(12345.0)
-
-
-def layer_norm_reference(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None,
-                         eps: float) -> np.ndarray:
-    """torch's LayerNorm in float64; eps is rounded to float32 first, as the model stores it."""
-    wide = x.astype(np.float64)
-    mean = wide.mean(axis=1, keepdims=True)
-    variance = ((wide - mean) ** 2).mean(axis=1, keepdims=True)
-    out = (wide - mean) / np.sqrt(variance + float(np.float32(eps))) * weight.astype(np.float64)
-    if bias is not None:
-        out = out + bias.astype(np.float64)
-    return out
 
 
 def random_rows(shape: tuple[int, ...], seed: int, scale: float = 3.0,
@@ -54,7 +43,7 @@ def test_matches_float64(shape, with_bias):
         weight = random_rows((shape[1],), seed=100 + seed, scale=1.0)
         bias = random_rows((shape[1],), seed=200 + seed, scale=1.0) if with_bias else None
         np.testing.assert_allclose(normed(x, weight, bias, eps),
-                                   layer_norm_reference(x, weight, bias, eps),
+                                   reference.layer_norm(x, weight, bias, eps),
                                    **FP32.layer_norm.kw, err_msg=f"eps={eps}")
 
 
@@ -65,7 +54,7 @@ def test_every_partial_sum_tail():
         x = random_rows((3, d), seed=d, offset=100.0)
         weight = random_rows((d,), seed=1000 + d, scale=1.0)
         bias = random_rows((d,), seed=2000 + d, scale=1.0)
-        np.testing.assert_allclose(normed(x, weight, bias), layer_norm_reference(x, weight, bias, 1e-5),
+        np.testing.assert_allclose(normed(x, weight, bias), reference.layer_norm(x, weight, bias, 1e-5),
                                    **FP32.layer_norm.kw, err_msg=f"d={d}")
 
 

@@ -1,5 +1,6 @@
-"""kime._cpu._ops (exact-erf GELU and GeGLU) against plain float64 references built from
-`math.erf` and NumPy. (The forward pass's LayerNorm is forward.c's: test_layer_norm.py.)
+"""kime._cpu._ops (exact-erf GELU and GeGLU) against the plain float64 references of
+reference.py, built from `math.erf` and NumPy. (The forward pass's LayerNorm is forward.c's:
+test_layer_norm.py.)
 
 The references are written the slow, obvious way so a wrong kernel cannot share a bug with them.
 """
@@ -13,14 +14,9 @@ import pytest
 from kime._cpu import _ops
 
 from ..tolerances import FP32
+from . import reference
 
 SHAPES = [(0, 5), (1, 1), (1, 64), (7, 13), (33, 65), (128, 96)]
-
-
-def gelu_reference(x: np.ndarray) -> np.ndarray:
-    wide = x.astype(np.float64)
-    erf = np.vectorize(math.erf, otypes=[np.float64])
-    return wide * 0.5 * (1.0 + erf(wide / math.sqrt(2.0)))
 
 
 def random_rows(shape: tuple[int, int], seed: int, scale: float = 3.0) -> np.ndarray:
@@ -32,7 +28,7 @@ def test_gelu_erf_matches_reference(shape):
     x = random_rows(shape, seed=1)
     out = np.full_like(x, np.nan)
     _ops.gelu_erf(x, out)
-    np.testing.assert_allclose(out, gelu_reference(x), **FP32.gelu.kw)
+    np.testing.assert_allclose(out, reference.gelu(x), **FP32.gelu.kw)
 
 
 def test_gelu_erf_is_torch_float32_formula():
@@ -61,7 +57,7 @@ def test_geglu_matches_reference(shape):
     x = random_rows((rows, 2 * half), seed=3)
     out = np.full((rows, half), np.nan, dtype=np.float32)
     _ops.geglu(x, out)
-    expected = gelu_reference(x[:, :half]) * x[:, half:].astype(np.float64)
+    expected = reference.geglu(x, None, half)
     np.testing.assert_allclose(out, expected, **FP32.gelu.kw)
 
 

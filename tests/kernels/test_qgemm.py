@@ -10,8 +10,6 @@ batch a row is computed in, and the same on every SIMD impl.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
@@ -19,6 +17,8 @@ from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 from kime._cpu import _qgemm
 
 from ..tolerances import INT8
+from . import reference
+from .reference import quantize_int8 as quantize
 
 IMPLS = ["portable", "avx2", "avxvnni", "vnni512"]
 SIMD_IMPLS = IMPLS[1:]
@@ -26,9 +26,6 @@ EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [1, 2, 5, 7, 13, 64, 333]
 KS = [1, 3, 5, 17, 67, 768]
 NS = [1, 5, 31, 33, 100]
-
-_erf = np.frompyfunc(math.erf, 1, 1)
-
 
 @pytest.fixture(autouse=True, scope="module")
 def serial_blas():
@@ -52,27 +49,6 @@ def impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> int
     return IMPLS.index(request.param)
 
 
-def quantize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row symmetric INT8 in float32, as qgemm.c: q = clamp(rint(x * (127 / amax))), and
-    the scale amax / 127."""
-    x = np.asarray(x, np.float32)
-    amax = np.abs(x).max(axis=1) if x.shape[1] else np.zeros(x.shape[0], np.float32)
-    with np.errstate(divide="ignore"):
-        inv = np.where(amax > 0, np.float32(127.0) / amax, np.float32(0.0)).astype(np.float32)
-    q = np.clip(np.rint(x * inv[:, None]), -127, 127).astype(np.int64)
-    return q, (amax / np.float32(127.0)).astype(np.float32)
-
-
-def int_reference(A: np.ndarray, W: np.ndarray) -> np.ndarray:
-    qa, _ = quantize(A)
-    qw, _ = quantize(W)
-    return qa @ qw.T
-
-
-def gelu64(x: np.ndarray) -> np.ndarray:
-    return x * 0.5 * (1.0 + np.asarray(_erf(x / math.sqrt(2.0)), dtype=np.float64))
-
-
 def test_int32_bit_exact(impl: int) -> None:
     """Raw sums == int64 NumPy over odd K, N tails and M tails, plain and GEGLU-packed, with
     outliers (a row's max dominates) and all-zero rows, on 1, 2 and 3 threads."""
@@ -89,7 +65,7 @@ def test_int32_bit_exact(impl: int) -> None:
             for M in MS:
                 A = rng.standard_normal((M, K), dtype=np.float32) * 3
                 A[-1] = 0.0 if M > 1 else A[-1]
-                want = int_reference(A, W)
+                want = reference.int8_sums(A, W)
                 assert want.max(initial=0) < 2**31
                 for threads in (1, 2, 3):
                     got = _qgemm.gemm_int32(A, packed, N, K, threads=threads)
@@ -107,7 +83,7 @@ def test_int32_long_k(impl: int) -> None:
     A = rng.standard_normal((M, K), dtype=np.float32) + 0.5
     W[0] = np.abs(W[0])
     packed = _qgemm.pack(W)
-    want = int_reference(A, W)
+    want = reference.int8_sums(A, W)
     for threads in (1, 2):
         assert np.array_equal(_qgemm.gemm_int32(A, packed, N, K, threads=threads), want)
 
@@ -122,7 +98,7 @@ def test_int32_short_request_shares_its_packing(impl: int) -> None:
         W = rng.standard_normal((N, K), dtype=np.float32)
         A = rng.standard_normal((M, K), dtype=np.float32) * 2
         packed = _qgemm.pack(W)
-        want = int_reference(A, W)
+        want = reference.int8_sums(A, W)
         for threads in (1, 2, 3, 5):
             got = _qgemm.gemm_int32(A, packed, N, K, threads=threads)
             assert np.array_equal(got, want), (M, K, N, threads)
@@ -140,7 +116,7 @@ def test_int32_at_the_k_limit(impl: int) -> None:
     W[2:] = rng.standard_normal((N - 2, K), dtype=np.float32)
     A[2] = rng.standard_normal(K, dtype=np.float32)
     got = _qgemm.gemm_int32(A, _qgemm.pack(W), N, K, threads=2)
-    assert np.array_equal(got, int_reference(A, W))
+    assert np.array_equal(got, reference.int8_sums(A, W))
     assert got[0, 0] == 127 * 127 * K and got[0, 1] == -127 * 127 * K
 
 
@@ -156,7 +132,7 @@ def test_int32_extremes(impl: int) -> None:
     W[1] = -1.0
     packed = _qgemm.pack(W)
     got = _qgemm.gemm_int32(A, packed, N, K)
-    assert np.array_equal(got, int_reference(A, W))
+    assert np.array_equal(got, reference.int8_sums(A, W))
     assert got[0, 0] == 127 * 127 * K and got[1, 0] == -127 * 127 * K
 
 
@@ -173,7 +149,7 @@ def test_dequantized_close_to_fp32(impl: int) -> None:
                 got = _qgemm.gemm(A, packed, N, K).astype(np.float64)
                 _, sa = quantize(A)
                 _, sw = quantize(W)
-                deq = int_reference(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
+                deq = reference.int8_sums(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
                 assert np.allclose(got, deq, rtol=INT8.dequant.rtol,
                                    atol=INT8.dequant.atol * np.abs(deq).max())
                 exact = A.astype(np.float64) @ W.T.astype(np.float64)
@@ -185,19 +161,6 @@ def test_dequantized_close_to_fp32(impl: int) -> None:
                 assert (np.abs(got - exact) <= bound * (1 + slack.rtol) + slack.atol).all()
                 rel = np.linalg.norm(got - exact) / np.linalg.norm(exact)
                 assert rel < INT8.gemm_relative.rtol, rel
-
-
-def expected(x: np.ndarray, epilogue: str, C0: np.ndarray) -> np.ndarray:
-    if epilogue == "accum":
-        return C0 + x
-    if epilogue == "gelu":
-        return gelu64(x)
-    if epilogue == "relu":
-        return np.maximum(x, 0.0)
-    if epilogue == "geglu":
-        half = x.shape[1] // 2
-        return gelu64(x[:, :half]) * x[:, half:]
-    return x
 
 
 @pytest.mark.parametrize("epilogue", EPILOGUES)
@@ -216,12 +179,12 @@ def test_epilogues(impl: int, epilogue: str) -> None:
                 C0 = rng.standard_normal((M, N // 2 if geglu else N), dtype=np.float32)
                 _, sa = quantize(A)
                 _, sw = quantize(W)
-                deq = int_reference(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
+                deq = reference.int8_sums(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
                 for b in (None, bias):
                     x = deq if b is None else deq + b
                     out = C0.copy() if epilogue == "accum" else None
                     got = _qgemm.gemm(A, packed, N, K, bias=b, epilogue=epilogue, out=out)
-                    want = expected(x, epilogue, C0.astype(np.float64))
+                    want = reference.epilogue(x, epilogue, C0.astype(np.float64))
                     scale = np.abs(x).max() + (np.abs(C0).max() if epilogue == "accum" else 0)
                     if geglu:
                         scale = scale * scale
