@@ -1,6 +1,6 @@
 """Test and bench wrapper over the BF16 GEMM (csrc/bgemm.c): C = bf16(A) @ bf16(W).T + epilogue
 with FP32 accumulation, over weights rounded and packed once. Shapes are checked, output and
-scratch allocated, and the GIL dropped, as in _gemm.
+scratch allocated, and the GIL dropped, as in _gemm (the checks are _gemm_args.pxd's).
 
 The kernels need AVX-512 with AVX512_BF16 at the ISA kime runs (KIME_ISA caps it): `missing()`
 says what is missing, and `gemm` refuses to run where something is. Packing is portable.
@@ -8,6 +8,10 @@ says what is missing, and `gemm` refuses to run where something is. Packing is p
 import numpy as np
 
 from libc.stdint cimport uint8_t, uint16_t
+
+from ._gemm_args cimport (KIME_EPI_GEGLU, a_rows, aligned_bytes, bias_view, check_geglu_n,
+                          check_threads, check_weight_rows, epilogue_code, epilogues, out_array,
+                          out_rows)
 
 cdef extern from "bgemm.h" nogil:
     int kime_isa_detect()
@@ -19,7 +23,7 @@ cdef extern from "bgemm.h" nogil:
                     const float *bias, int epilogue, float *C, int ldc, void *scratch,
                     int nthreads)
 
-EPILOGUES = {"store": 0, "accum": 1, "gelu": 2, "relu": 3, "geglu": 4}
+EPILOGUES = epilogues()
 KERNELS = "avx512bf16"
 """The name of the one BF16 kernel set, as `kime doctor` and a model's description say it."""
 
@@ -33,20 +37,12 @@ def missing(int isa=-1):
     return None if why == NULL else why.decode()
 
 
-cdef uint8_t[::1] _aligned(size_t n):
-    """n bytes starting on a 64-byte boundary."""
-    buf = np.empty(n + 64, dtype=np.uint8)
-    cdef size_t skip = -buf.ctypes.data % 64
-    return buf[skip:skip + n]
-
-
 def pack(const float[:, ::1] W, bint geglu=False) -> np.ndarray:
     """Round a torch Linear weight W [N, K] to bfloat16 and pack it (uint16 bits, 64-B aligned);
     with geglu, rows [a; g] are paired."""
     cdef int N = W.shape[0], K = W.shape[1]
-    if geglu and N % 2:
-        raise ValueError(f"a GEGLU weight needs an even number of rows, got {N}")
-    cdef uint8_t[::1] packed = _aligned(kime_bgemm_packed_bytes(N, K, geglu))
+    check_weight_rows(N, geglu)
+    cdef uint8_t[::1] packed = aligned_bytes(kime_bgemm_packed_bytes(N, K, geglu))
     cdef const float *wp = &W[0, 0] if N and K else NULL
     if packed.shape[0]:
         with nogil:
@@ -62,41 +58,23 @@ def gemm(A, packed, int N, int K, bias=None, str epilogue="store", out=None,
     why = missing()
     if why is not None:
         raise RuntimeError(f"the BF16 GEMM does not run here (missing: {why})")
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {sorted(EPILOGUES)}, got {epilogue!r}")
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    cdef int epi = EPILOGUES[epilogue]
-    cdef bint geglu = epi == 4
-    if geglu and N % 2:
-        raise ValueError(f"geglu needs an even N, got {N}")
-    cdef const float[:, :] a = A
-    if a.shape[1] != K or a.strides[1] != sizeof(float) or a.strides[0] < 0 \
-            or a.strides[0] % sizeof(float):
-        raise ValueError(f"A must be [M, {K}] float32 with unit column stride")
+    cdef int epi = epilogue_code(EPILOGUES, epilogue)
+    check_threads(threads)
+    cdef bint geglu = epi == KIME_EPI_GEGLU
+    check_geglu_n(N, geglu)
+    cdef const float[:, :] a = a_rows(A, K)
     cdef const uint16_t[::1] p = packed
     if <size_t>p.shape[0] * 2 != kime_bgemm_packed_bytes(N, K, geglu):
         raise ValueError(f"packed has {p.shape[0] * 2} bytes; N={N}, K={K} need "
                          f"{kime_bgemm_packed_bytes(N, K, geglu)}")
     cdef int M = a.shape[0], nout = N // 2 if geglu else N
-    cdef const float[::1] b
-    cdef const float *bp = NULL
-    if bias is not None:
-        b = bias
-        if b.shape[0] != N:
-            raise ValueError(f"bias has {b.shape[0]} entries, need N={N}")
-        bp = &b[0] if N else NULL
-    if out is None:
-        if epi == 1:
-            raise ValueError("accum adds into out: pass it")
-        out = np.empty((M, nout), dtype=np.float32)
-    cdef float[:, :] c = out
-    if c.shape[0] != M or c.shape[1] != nout or c.strides[1] != sizeof(float) \
-            or c.strides[0] < 0 or c.strides[0] % sizeof(float):
-        raise ValueError(f"out must be [{M}, {nout}] float32 with unit column stride")
+    cdef const float[::1] b = bias_view(bias, N)
+    cdef const float *bp = &b[0] if b is not None and N else NULL
+    out = out_array(out, M, nout, epi)
+    cdef float[:, :] c = out_rows(out, M, nout)
     if M == 0 or nout == 0:
         return out
-    cdef uint8_t[::1] scratch = _aligned(kime_bgemm_scratch_bytes(K, threads))
+    cdef uint8_t[::1] scratch = aligned_bytes(kime_bgemm_scratch_bytes(K, threads))
     cdef int lda = a.strides[0] // sizeof(float), ldc = c.strides[0] // sizeof(float)
     cdef const float *ap = &a[0, 0] if K else NULL
     cdef const uint16_t *pp = &p[0] if p.shape[0] else NULL

@@ -1,11 +1,16 @@
 """Test and bench wrapper over the C GEMM (csrc/gemm.c): C = A @ W.T + epilogue over weights
 packed once for an ISA. The compiled forward pass calls the C directly; these wrappers check
-shapes, allocate the output and scratch and drop the GIL.
+shapes (the checks the three GEMM wrappers share, in _gemm_args.pxd), allocate the output and
+scratch and drop the GIL.
 
 isa -1 means kime_isa_detect() (cpuid, capped by KIME_ISA); a packed buffer is only valid for the
 ISA it was packed for.
 """
 import numpy as np
+
+from ._gemm_args cimport (KIME_EPI_GEGLU, a_rows, aligned_bytes, bias_view, check_geglu_n,
+                          check_threads, check_weight_rows, checked_isa, epilogue_code,
+                          epilogues, out_array, out_rows)
 
 cdef extern from "kernels.h" nogil:
     int kime_isa_detect()
@@ -17,7 +22,7 @@ cdef extern from "kernels.h" nogil:
                    const float *bias, int epilogue, float *C, int ldc, float *scratch,
                    int nthreads)
 
-EPILOGUES = {"store": 0, "accum": 1, "gelu": 2, "relu": 3, "geglu": 4}
+EPILOGUES = epilogues()
 
 
 def isa_detect() -> int:
@@ -29,28 +34,16 @@ def isa_name(int isa) -> str:
     return kime_isa_name(isa).decode()
 
 
-cdef int _isa(int isa) except -2:
-    cdef int best = kime_isa_detect()
-    if isa == -1:
-        return best
-    if isa < 0 or isa > best:
-        raise ValueError(f"isa {isa} is not available here (best: {best}, {isa_name(best)})")
-    return isa
-
-
 cdef float[::1] _aligned(size_t n):
-    """n float32, starting on a 64-byte boundary (the kernels' full-speed alignment)."""
-    buf = np.empty(n + 16, dtype=np.float32)
-    cdef size_t skip = (-buf.ctypes.data % 64) // 4
-    return buf[skip:skip + n]
+    """n float32, starting on a 64-byte boundary."""
+    return np.asarray(aligned_bytes(n * sizeof(float))).view(np.float32)
 
 
 def pack(const float[:, ::1] W, int isa=-1, bint geglu=False) -> np.ndarray:
     """Pack a torch Linear weight W [N, K] for `isa`; with geglu, rows [a; g] are paired."""
-    isa = _isa(isa)
+    isa = checked_isa(isa)
     cdef int N = W.shape[0], K = W.shape[1]
-    if geglu and N % 2:
-        raise ValueError(f"a GEGLU weight needs an even number of rows, got {N}")
+    check_weight_rows(N, geglu)
     cdef float[::1] packed = _aligned(kime_gemm_packed_floats(isa, N, K, geglu))
     if packed.shape[0]:
         with nogil:
@@ -63,39 +56,21 @@ def gemm(A, packed, int N, int K, bias=None, str epilogue="store", out=None, int
     """C = epilogue(A @ W.T + bias) for W [N, K] packed by pack(W, isa, geglu). A [M, K] and out
     may have strided rows. out [M, N] ([M, N/2] for geglu) is allocated when None; "accum" adds
     into the given out in place."""
-    isa = _isa(isa)
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {sorted(EPILOGUES)}, got {epilogue!r}")
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    cdef int epi = EPILOGUES[epilogue]
-    cdef bint geglu = epi == 4
-    if geglu and N % 2:
-        raise ValueError(f"geglu needs an even N, got {N}")
-    cdef const float[:, :] a = A
-    if a.shape[1] != K or a.strides[1] != sizeof(float) or a.strides[0] < 0 \
-            or a.strides[0] % sizeof(float):
-        raise ValueError(f"A must be [M, {K}] float32 with unit column stride")
+    isa = checked_isa(isa)
+    cdef int epi = epilogue_code(EPILOGUES, epilogue)
+    check_threads(threads)
+    cdef bint geglu = epi == KIME_EPI_GEGLU
+    check_geglu_n(N, geglu)
+    cdef const float[:, :] a = a_rows(A, K)
     cdef const float[::1] p = packed
     if <size_t>p.shape[0] != kime_gemm_packed_floats(isa, N, K, geglu):
         raise ValueError(f"packed has {p.shape[0]} floats; N={N}, K={K} on {isa_name(isa)} "
                          f"need {kime_gemm_packed_floats(isa, N, K, geglu)}")
     cdef int M = a.shape[0], nout = N // 2 if geglu else N
-    cdef const float[::1] b
-    cdef const float *bp = NULL
-    if bias is not None:
-        b = bias
-        if b.shape[0] != N:
-            raise ValueError(f"bias has {b.shape[0]} entries, need N={N}")
-        bp = &b[0] if N else NULL
-    if out is None:
-        if epi == 1:
-            raise ValueError("accum adds into out: pass it")
-        out = np.empty((M, nout), dtype=np.float32)
-    cdef float[:, :] c = out
-    if c.shape[0] != M or c.shape[1] != nout or c.strides[1] != sizeof(float) \
-            or c.strides[0] < 0 or c.strides[0] % sizeof(float):
-        raise ValueError(f"out must be [{M}, {nout}] float32 with unit column stride")
+    cdef const float[::1] b = bias_view(bias, N)
+    cdef const float *bp = &b[0] if b is not None and N else NULL
+    out = out_array(out, M, nout, epi)
+    cdef float[:, :] c = out_rows(out, M, nout)
     if M == 0 or nout == 0:
         return out
     cdef float[::1] scratch = _aligned(kime_gemm_scratch_floats(isa, K, threads))

@@ -1,6 +1,6 @@
 """Test and bench wrapper over the INT8 GEMM (csrc/qgemm.c): C = dequant(q(A) @ q(W).T) +
 epilogue, over weights quantized and packed once for an ISA. Shapes are checked, output and
-scratch allocated, and the GIL dropped, as in _gemm.
+scratch allocated, and the GIL dropped, as in _gemm (the checks are _gemm_args.pxd's).
 
 isa -1 means kime_isa_detect() (cpuid, capped by KIME_ISA). The kernel set ("impl") follows from
 the ISA, the CPU's VNNI flavours and the KIME_QGEMM cap (qgemm.h); impl_name(isa) says which runs.
@@ -9,6 +9,10 @@ A packed buffer is only valid for the impl it was packed for.
 import numpy as np
 
 from libc.stdint cimport int32_t, uint8_t
+
+from ._gemm_args cimport (KIME_EPI_GEGLU, a_rows, aligned_bytes, bias_view, check_geglu_n,
+                          check_threads, check_weight_rows, checked_isa, epilogue_code,
+                          epilogues, out_array, out_rows)
 
 cdef extern from "qgemm.h" nogil:
     int kime_isa_detect()
@@ -27,7 +31,7 @@ cdef extern from "qgemm.h" nogil:
                           const void *packed, int geglu, int32_t *C, int ldc, void *scratch,
                           int nthreads)
 
-EPILOGUES = {"store": 0, "accum": 1, "gelu": 2, "relu": 3, "geglu": 4}
+EPILOGUES = epilogues()
 
 
 def isa_detect() -> int:
@@ -56,30 +60,17 @@ def impl_name(int isa=-1) -> str:
 
 
 cdef int _isa(int isa) except -2:
-    cdef int best = kime_isa_detect()
-    if isa == -1:
-        return best
     if isa >= 0 and isa & KIME_QGEMM_PINNED:
         return isa  # pinned by pin(): qgemm.c checks the impl
-    if isa < 0 or isa > best:
-        raise ValueError(f"isa {isa} is not available here (best: {best}, {isa_name(best)})")
-    return isa
-
-
-cdef uint8_t[::1] _aligned(size_t n):
-    """n bytes starting on a 64-byte boundary."""
-    buf = np.empty(n + 64, dtype=np.uint8)
-    cdef size_t skip = -buf.ctypes.data % 64
-    return buf[skip:skip + n]
+    return checked_isa(isa)
 
 
 def pack(const float[:, ::1] W, int isa=-1, bint geglu=False) -> np.ndarray:
     """Quantize and pack a torch Linear weight W [N, K]; with geglu, rows [a; g] are paired."""
     isa = _isa(isa)
     cdef int N = W.shape[0], K = W.shape[1]
-    if geglu and N % 2:
-        raise ValueError(f"a GEGLU weight needs an even number of rows, got {N}")
-    cdef uint8_t[::1] packed = _aligned(kime_qgemm_packed_bytes(isa, N, K, geglu))
+    check_weight_rows(N, geglu)
+    cdef uint8_t[::1] packed = aligned_bytes(kime_qgemm_packed_bytes(isa, N, K, geglu))
     cdef const float *wp = &W[0, 0] if N and K else NULL
     if packed.shape[0]:
         with nogil:
@@ -88,10 +79,7 @@ def pack(const float[:, ::1] W, int isa=-1, bint geglu=False) -> np.ndarray:
 
 
 cdef tuple _check(A, packed, int N, int K, int isa, bint geglu):
-    cdef const float[:, :] a = A
-    if a.shape[1] != K or a.strides[1] != sizeof(float) or a.strides[0] < 0 \
-            or a.strides[0] % sizeof(float):
-        raise ValueError(f"A must be [M, {K}] float32 with unit column stride")
+    cdef const float[:, :] a = a_rows(A, K)
     cdef const uint8_t[::1] p = packed
     if <size_t>p.shape[0] != kime_qgemm_packed_bytes(isa, N, K, geglu):
         raise ValueError(f"packed has {p.shape[0]} bytes; N={N}, K={K} on {isa_name(isa)} "
@@ -106,36 +94,21 @@ def gemm(A, packed, int N, int K, bias=None, str epilogue="store", out=None, int
     A [M, K] and out may have strided rows; out [M, N] ([M, N/2] for geglu) is allocated when
     None; "accum" adds into the given out in place."""
     isa = _isa(isa)
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {sorted(EPILOGUES)}, got {epilogue!r}")
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    cdef int epi = EPILOGUES[epilogue]
-    cdef bint geglu = epi == 4
-    if geglu and N % 2:
-        raise ValueError(f"geglu needs an even N, got {N}")
+    cdef int epi = epilogue_code(EPILOGUES, epilogue)
+    check_threads(threads)
+    cdef bint geglu = epi == KIME_EPI_GEGLU
+    check_geglu_n(N, geglu)
     cdef const float[:, :] a
     cdef const uint8_t[::1] p
     a, p = _check(A, packed, N, K, isa, geglu)
     cdef int M = a.shape[0], nout = N // 2 if geglu else N
-    cdef const float[::1] b
-    cdef const float *bp = NULL
-    if bias is not None:
-        b = bias
-        if b.shape[0] != N:
-            raise ValueError(f"bias has {b.shape[0]} entries, need N={N}")
-        bp = &b[0] if N else NULL
-    if out is None:
-        if epi == 1:
-            raise ValueError("accum adds into out: pass it")
-        out = np.empty((M, nout), dtype=np.float32)
-    cdef float[:, :] c = out
-    if c.shape[0] != M or c.shape[1] != nout or c.strides[1] != sizeof(float) \
-            or c.strides[0] < 0 or c.strides[0] % sizeof(float):
-        raise ValueError(f"out must be [{M}, {nout}] float32 with unit column stride")
+    cdef const float[::1] b = bias_view(bias, N)
+    cdef const float *bp = &b[0] if b is not None and N else NULL
+    out = out_array(out, M, nout, epi)
+    cdef float[:, :] c = out_rows(out, M, nout)
     if M == 0 or nout == 0:
         return out
-    cdef uint8_t[::1] scratch = _aligned(kime_qgemm_scratch_bytes(isa, K, threads))
+    cdef uint8_t[::1] scratch = aligned_bytes(kime_qgemm_scratch_bytes(isa, K, threads))
     cdef int lda = a.strides[0] // sizeof(float), ldc = c.strides[0] // sizeof(float)
     cdef const float *ap = &a[0, 0] if K else NULL
     cdef const uint8_t *pp = &p[0] if p.shape[0] else NULL
@@ -148,8 +121,7 @@ def gemm_int32(A, packed, int N, int K, bint geglu=False, int threads=1,
                int isa=-1) -> np.ndarray:
     """Test hook: the raw INT32 sums q(A) @ q(W).T [M, N] (columns in W's row order)."""
     isa = _isa(isa)
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
+    check_threads(threads)
     cdef const float[:, :] a
     cdef const uint8_t[::1] p
     a, p = _check(A, packed, N, K, isa, geglu)
@@ -158,7 +130,7 @@ def gemm_int32(A, packed, int N, int K, bint geglu=False, int threads=1,
     if M == 0 or N == 0:
         return out
     cdef int32_t[:, ::1] c = out
-    cdef uint8_t[::1] scratch = _aligned(kime_qgemm_scratch_bytes(isa, K, threads))
+    cdef uint8_t[::1] scratch = aligned_bytes(kime_qgemm_scratch_bytes(isa, K, threads))
     cdef int lda = a.strides[0] // sizeof(float)
     cdef const float *ap = &a[0, 0] if K else NULL
     cdef const uint8_t *pp = &p[0] if p.shape[0] else NULL
