@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from . import hub
 from .answers import Response, Usage, make_answer
 from .backend import Backend, Device, Memory, Precision
+from .cache import ANSWER_CACHE
 from .calibration import Temperatures
 from .checkpoint import Checkpoint, load_checkpoint
 from .errors import InvalidArgument, problem, relocated
@@ -64,7 +65,7 @@ class Kime:
 
     def __init__(self, model: str, device: Union[str, Device, Target, None] = "auto",
                  precision: Union[str, Precision, None] = "auto", threads: int = 0,
-                 preload: bool = False, answer_cache: int = 4096, token_cache: int = 1024,
+                 preload: bool = False, answer_cache: int = ANSWER_CACHE, token_cache: int = 1024,
                  max_merge: int = 0):
         target = check_options(device, precision, threads)  # before any file is read
         self.model_id: str = str(model)
@@ -166,6 +167,19 @@ class Kime:
         if not rows:
             return []
         return self.scheduler.submit(rows, qtypes, cache).result()[0]
+
+    def warm(self, shapes: Sequence[Tuple[int, int, int]]) -> float:
+        """Run the forward on synthetic rows of each (rows, tokens, markers) shape; the seconds
+        it took. It builds the plans and touches the weights the first requests would, and
+        caches nothing. Tokens are capped at `max_row_tokens`."""
+        fill = self.layouter.tok.cls_id
+        t0 = time.perf_counter()
+        for rows, tokens, markers in shapes:
+            tokens = max(markers + 2, min(tokens, self.max_row_tokens))
+            row = Row(ids=[fill] * tokens, markers=list(range(1, markers + 1)), state_tokens=0,
+                      state_tokens_used=0)
+            self.run_rows([row] * rows, [0] * rows, cache=False)
+        return time.perf_counter() - t0
 
     def close(self) -> None:
         """Finish queued work, stop the scheduler's thread and free the weights and plans.

@@ -15,14 +15,12 @@ them, so a typo fails here as it would there.
 """
 from __future__ import annotations
 
-import time
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..cache import ANSWER_CACHE
 from ..engine import Kime
 from ..errors import InvalidRequest, problem, warn_caller
-from ..layout import Row
 from ..render import State
 from . import wire
 from .calibration import Calibration
@@ -359,15 +357,8 @@ class Agent(HookRegistry):
         the seconds it took. kime's kernels are compiled ahead of time, so this only builds the
         plans and touches the weights the first requests would; no hook runs, nothing is
         cached. Tokens are capped at the checkpoint's `max_len`."""
-        max_len = self.engine.max_row_tokens
-        fill = self.engine.layouter.tok.cls_id
-        t0 = time.perf_counter()
-        for rows, tokens, markers in (self.WARMUP_SHAPES if shapes is None else shapes):
-            tokens = max(int(markers) + 2, min(int(tokens), max_len))
-            row = Row(ids=[fill] * tokens, markers=list(range(1, int(markers) + 1)),
-                      state_tokens=0, state_tokens_used=0)
-            self.engine.run_rows([row] * int(rows), [0] * int(rows), cache=False)
-        return time.perf_counter() - t0
+        chosen = self.WARMUP_SHAPES if shapes is None else shapes
+        return self.engine.warm([(int(r), int(t), int(m)) for r, t, m in chosen])
 
     def close(self) -> None:
         """Free the model (when this agent loaded it). The agent cannot answer afterwards."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-import warnings
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -28,8 +27,8 @@ from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, compo
                     normalise_hooks, validate_timeout)
 from .long import LongScan
 from .residents import Residents, start_reaper
-from .router_config import (ABSENT, check_agent_kwargs, count_loaded, digests_from_env,
-                            expected_digests, idle_seconds, pin)
+from .router_config import (ABSENT, agent_options, check_agent_kwargs, checked_registration,
+                            count_loaded, digests_from_env, idle_seconds, pin)
 from .routing import RouteDecision, canonical_name, refusal, repo_str, split_spec
 
 State = Union[str, Dict[Any, Any], List[Any]]
@@ -175,29 +174,8 @@ class Router(HookRegistry):
                     for name, spec in self.models.items() if name not in routing.DEFAULT_MODELS}
 
     def _add(self, name: Any, source: Any) -> str:
-        key = canonical_name(name)
-        if key not in routing.DEFAULT_MODELS:
-            if not isinstance(name, str) or not routing.NAME.match(key):
-                raise refusal(
-                    ["models", str(name)], "invalid checkpoint name %r: use lowercase letters, "
-                    "digits, '.', '_' or '-', starting with a letter or digit" % (name,), name)
-            if key == "auto":
-                raise refusal(
-                    ["models", key], "invalid checkpoint name %r: 'auto' means automatic "
-                    "routing in every model= argument" % (name,), name)
-        if source is not None and not isinstance(source, (str, tuple, list)):
-            raise refusal(
-                ["models", key], "checkpoint source for %r must be a repo id, a local path or "
-                "a (repo, subfolder) pair, got %s" % (name, type(source).__name__),
-                repr(source), "type_error")
-        if isinstance(source, str) and source.startswith("~"):
-            source = os.path.expanduser(source)
-        near = routing.near_builtin(key) if key not in routing.DEFAULT_MODELS else None
-        if near is not None:
-            warnings.warn("kime: checkpoint name %r is one edit from the built-in %r; it is "
-                          "registered as a separate checkpoint and %r is unchanged."
-                          % (key, near, near), RuntimeWarning, stacklevel=3)
-        self.models[key] = source
+        key, checked = checked_registration(name, source)
+        self.models[key] = checked
         return key
 
     # --- engines ----------------------------------------------------------------------------
@@ -248,19 +226,11 @@ class Router(HookRegistry):
                     "built Agent and is no longer resident; attach it again, or register a path "
                     "or repo" % key, key)
             repo, sub = split_spec(self.models[key])
-            kwargs: Dict[str, Any] = {"device": self.device, "token": self.token,
-                                      "subfolder": sub}
-            revision = pin(self.revisions.get(key)) or pin(self.revision)
-            if revision is not None:
-                kwargs["revision"] = revision
-            kwargs.update(self.agent_kwargs)
-            # no entry: None (the environment may still pin); an entry of None: pins no file
-            entry = self.sha256_digests.get(key, ABSENT)
-            own = None if entry is ABSENT else {} if entry is None else entry
-            expected = expected_digests(kwargs.pop("expected_sha256", None), own)
-            if expected is not None:
-                kwargs["expected_sha256"] = expected
-        return Agent(repo, **kwargs)
+            options = agent_options(self.device, self.token, sub,
+                                    pin(self.revisions.get(key)) or pin(self.revision),
+                                    self.agent_kwargs,
+                                    self.sha256_digests.get(key, ABSENT))
+        return Agent(repo, **options)
 
     def _evicted(self, evicted: List[Tuple[str, Any]]) -> None:
         for name in self._residents.let_go(evicted):

@@ -8,9 +8,11 @@ import inspect
 import json
 import math
 import os
-from typing import Any, Dict, Optional
+import warnings
+from typing import Any, Dict, Optional, Tuple
 
 from .agent import Agent
+from . import routing
 from .routing import refusal
 
 # What the Router passes to every Agent it builds, and the hook family (which belongs on the
@@ -103,4 +105,51 @@ def pin(value: Optional[str]) -> Optional[str]:
     return value if value is not None and str(value).strip() else None
 
 
-__all__ = ["check_agent_kwargs"]
+def agent_options(device: Any, token: Any, subfolder: Optional[str], revision: Optional[str],
+                  agent_kwargs: Dict[str, Any], digests: Any) -> Dict[str, Any]:
+    """The keyword arguments of the `Agent` a Router builds for one checkpoint: the Router's
+    device and token, the checkpoint's pin (None: none), the Router's `agent_kwargs`, and the
+    checkpoint's digests (`digests`: its `sha256_digests` entry, `ABSENT` for none) merged
+    with theirs."""
+    options: Dict[str, Any] = {"device": device, "token": token, "subfolder": subfolder}
+    if revision is not None:
+        options["revision"] = revision
+    options.update(agent_kwargs)
+    # no entry: None (the environment may still pin); an entry of None: pins no file
+    own = None if digests is ABSENT else {} if digests is None else digests
+    expected = expected_digests(options.pop("expected_sha256", None), own)
+    if expected is not None:
+        options["expected_sha256"] = expected
+    return options
+
+
+def checked_registration(name: Any, source: Any) -> Tuple[str, Any]:
+    """(the canonical name, the source) of a checkpoint registered under `name`, with Laya's
+    refusals: a name that is no checkpoint name (or is `auto`), a source of the wrong type.
+    A leading `~` is expanded; a name one edit from a built-in warns (a typo, most likely)."""
+    key = routing.canonical_name(name)
+    if key not in routing.DEFAULT_MODELS:
+        if not isinstance(name, str) or not routing.NAME.match(key):
+            raise refusal(
+                ["models", str(name)], "invalid checkpoint name %r: use lowercase letters, "
+                "digits, '.', '_' or '-', starting with a letter or digit" % (name,), name)
+        if key == "auto":
+            raise refusal(
+                ["models", key], "invalid checkpoint name %r: 'auto' means automatic "
+                "routing in every model= argument" % (name,), name)
+    if source is not None and not isinstance(source, (str, tuple, list)):
+        raise refusal(
+            ["models", key], "checkpoint source for %r must be a repo id, a local path or "
+            "a (repo, subfolder) pair, got %s" % (name, type(source).__name__),
+            repr(source), "type_error")
+    if isinstance(source, str) and source.startswith("~"):
+        source = os.path.expanduser(source)
+    near = routing.near_builtin(key) if key not in routing.DEFAULT_MODELS else None
+    if near is not None:  # stacklevel: past _add and Router's constructor or register
+        warnings.warn("kime: checkpoint name %r is one edit from the built-in %r; it is "
+                      "registered as a separate checkpoint and %r is unchanged."
+                      % (key, near, near), RuntimeWarning, stacklevel=4)
+    return key, source
+
+
+__all__ = ["check_agent_kwargs", "checked_registration"]
