@@ -31,11 +31,13 @@ import json
 import time
 from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple
 
+from ..calibration import Temperatures
 from ..errors import InvalidRequest, problem
 from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
+from .wire import AnswerConfidence
 from .confidence import MinConfidence, check_min_confidence
-from .driver import Blocking, Infer, Step, Together
+from .driver import Blocking, Engine, Infer, Step, Together
 from .hooks import defaults_skipped
 from .routing import RouteDecision, refusal
 from .scope import HookScope, open_scope
@@ -54,13 +56,23 @@ class HookOwner(Protocol):
     def hooks_lock(self) -> Any: ...
 
 
+class Calibrating(Protocol):
+    """What the pipeline needs from an agent's calibration (`kime.laya.calibration`)."""
+
+    def temperatures(self, lang: Any = None) -> Temperatures: ...
+    def answer_conf(self, lang: Any = None) -> Optional[AnswerConfidence]: ...
+
+
 class Answering(HookOwner, Protocol):
     """What the pipeline needs from a `kime.Agent` (a Protocol, so this module does not import
     the agent that calls it)."""
 
-    model_id: str
-    engine: Any
-    calibration: Any
+    @property
+    def model_id(self) -> str: ...
+    @property
+    def engine(self) -> Engine: ...
+    @property
+    def calibration(self) -> Calibrating: ...
 
 
 class Routing(HookOwner, Protocol):

@@ -13,13 +13,26 @@ driver costs a few generator resumptions per call: no event loop, no thread.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Generator, List, Optional, Sequence, TypeVar, Union
+from typing import (TYPE_CHECKING, Any, Callable, Generator, List, Optional, Protocol, Sequence,
+                    TypeVar, Union)
 
 if TYPE_CHECKING:
-    from ..engine import Kime
+    from ..answers import Response
+    from ..calibration import Temperatures
     from ..request import Request
 
 T = TypeVar("T")
+
+
+class Engine(Protocol):
+    """What an `Infer` step needs from an engine (`kime.Kime` is one)."""
+
+    def decide_batch(self, requests: Sequence["Request"], cache: bool = True,
+                     temperatures: Optional["Temperatures"] = None) -> List["Response"]: ...
+
+    async def decide_batch_async(self, requests: Sequence["Request"], cache: bool = True,
+                                 temperatures: Optional["Temperatures"] = None
+                                 ) -> List["Response"]: ...
 
 
 @dataclass(frozen=True)
@@ -38,9 +51,9 @@ class Infer:
     """Requests for an engine, answered in shared forward passes; the outcome is the engine's
     `Response`s in order."""
 
-    engine: "Kime"
+    engine: Engine
     requests: Sequence["Request"]
-    temperatures: Any = None
+    temperatures: Optional["Temperatures"] = None
 
 
 @dataclass(frozen=True)
@@ -133,4 +146,4 @@ async def _perform_async(effect: Effect) -> Any:
     raise TypeError("not a pipeline effect: %r" % (effect,))
 
 
-__all__ = ["Blocking", "Effect", "Infer", "Step", "Together", "run", "run_async"]
+__all__ = ["Blocking", "Effect", "Engine", "Infer", "Step", "Together", "run", "run_async"]

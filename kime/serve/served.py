@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
 from ..laya import Agent
-from ..laya.call import router_batch, router_one
+from ..laya.call import Routing, router_batch, router_one
 from ..laya.driver import run_async
 from ..laya.routing import repo_str
 from .limits import Body, check_body
@@ -78,11 +78,26 @@ class One:
         self.engine.close()
 
 
+class ServedRouter(Routing, Protocol):
+    """What the server needs from a `kime.Router`: the call pipeline's part (`Routing`), and
+    the registry and residents it reports and unloads."""
+
+    @property
+    def models(self) -> Dict[str, Any]: ...
+    @property
+    def loaded(self) -> List[str]: ...
+    @property
+    def loaded_revisions(self) -> Dict[str, Optional[str]]: ...
+    def resident(self) -> Dict[str, Any]: ...
+    def add_hook(self, hook: Any) -> Any: ...
+    def unload(self, name: Optional[str] = None) -> None: ...
+
+
 class Routed:
     """A `kime.laya.Router`, the server laya serve runs: each loaded checkpoint has its own
     engine and scheduler, and at most `max_loaded` are resident."""
 
-    def __init__(self, router: Any, settings: Settings):
+    def __init__(self, router: ServedRouter, settings: Settings):
         self.router = router
         self.idle_unload_seconds = settings.idle_unload_seconds
         self._asked_device = settings.device
