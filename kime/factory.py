@@ -117,15 +117,9 @@ def backend_report() -> dict[str, dict[str, object]]:
     broken build or a missing GPU: reporting those is what the doctor is for."""
     cpu: dict[str, object] = {}
     try:
-        from ._cpu import _bgemm, _forward, _ops, _qgemm
-        from ._cpu.backend import bf16_missing
+        from ._cpu.backend import kernels_report
 
-        cpu["isa"] = _forward.isa_name(_forward.isa_detect())
-        cpu["int8_kernels"] = _qgemm.impl_name()
-        cpu["kime_qgemm_env"] = os.environ.get("KIME_QGEMM")
-        cpu["bf16_missing"] = bf16_missing()
-        cpu["bf16_kernels"] = _bgemm.KERNELS if cpu["bf16_missing"] is None else None
-        cpu["openmp"] = bool(_ops.has_openmp())
+        cpu.update(kernels_report())
     except Exception as e:
         cpu["isa"] = None
         cpu["openmp"] = None
@@ -144,3 +138,10 @@ def backend_report() -> dict[str, dict[str, object]]:
     from ._cpu.weights import cache_dir
 
     return {"cpu": cpu, "gpu": gpu, "caches": {"packed": cache_dir()}}
+
+
+def auto_device_kind() -> str:
+    """The kind of device (`cpu`, `cuda`) that `device="auto"` opens at the default precision,
+    found as `resolve_auto` finds it (GPU 0 probed quietly) without opening a backend: for a
+    layer that says where models will load before any is loaded (the server's `/health`)."""
+    return resolve_auto(Precision.AUTO).kind

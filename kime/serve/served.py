@@ -162,9 +162,9 @@ class Routed:
         if self._preference is None:
             asked = str(self._asked_device).strip().lower()
             if asked in ("", "auto"):
-                from .._cuda.device import probe
+                from ..factory import auto_device_kind
 
-                asked = "cuda" if probe(0) is None else "cpu"
+                asked = auto_device_kind()
             self._preference = asked.split(":", 1)[0]
         return self._preference
 
