@@ -88,7 +88,7 @@ def target_from_expected(q: Question, value: Any) -> List[float]:
                 return [1.0, 0.0]
         raise ValueError("expected answer %r is not a noul boolean (true/false, 1/0, yes/no)"
                          % (value,))
-    levels = len(q.crit)
+    levels = len(q.levels())
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -119,7 +119,7 @@ def target_from_gold(q: Question, gold: Any) -> List[float]:
     elif q.qtype == "noul":
         target = [get("false", 0.5), get("true", 0.5)]
     else:
-        target = [get(str(i), 0.0) for i in range(len(q.crit))]
+        target = [get(str(i), 0.0) for i in range(len(q.levels()))]
     if any(not math.isfinite(v) or v < 0 for v in target):
         raise ValueError("gold probabilities must be finite and non-negative, got %r" % target)
     total = sum(target)

@@ -21,6 +21,7 @@ import json
 import logging
 import math
 import os
+import sys
 from dataclasses import dataclass
 from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple, Union
 
@@ -264,10 +265,10 @@ def _assign(settings: Settings, name: str, value: Any, source: str) -> None:
 
 
 def _read_toml(path: str) -> Dict[str, Any]:
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ImportError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef,import-not-found]
+    else:  # Python 3.10: the serve extra brings tomli
+        import tomli as tomllib  # type: ignore[import-not-found]
 
     try:
         with open(path, "rb") as f:
