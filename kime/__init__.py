@@ -2,9 +2,10 @@
 
 Two surfaces over one engine: `kime.Kime` (the engine API: `decide`, `decide_batch`,
 `decide_async`, ...) and `kime.load` (Laya's API: `predict`, `system_one`, `predict_batch`,
-`predict_long`, `decide`, hooks, calibration; `kime.Router` over several checkpoints), which also exports what `laya` exports at its top
-level for these, so `import kime as laya` runs Laya code. Nothing compiled is imported until a
-model is loaded; Laya's helpers, structured decisions and submodules load on first use.
+`predict_long`, `decide`, hooks, calibration; `kime.Router` over several checkpoints), which
+also exports what `laya` exports at its top level for these, so `import kime as laya` runs Laya
+code. Nothing compiled is imported until a model is loaded; Laya's helpers, structured decisions
+and submodules load on first use.
 """
 from .answers import Answer, Response, Usage
 from .backend import Device, Memory, Precision
@@ -65,7 +66,8 @@ def __dir__() -> list:
 
 
 __all__ = [
-    "AsyncHook", "BaseHook", "DEFAULT_MODELS", "RouteDecision", "Router", "Hook", "PredictContext", "PredictHook", "RLAgent",
+    "AsyncHook", "BaseHook", "DEFAULT_MODELS", "RouteDecision", "Router", "Hook", "PredictContext",
+    "PredictHook", "RLAgent",
     *[name for name, (_, attr) in _LAZY.items() if attr is not None],
     "Agent", "Answer", "BackendError", "BadDeviceOrdinal", "BadOption", "CudaMismatch",
     "CudaUnavailable", "Device", "Precision",

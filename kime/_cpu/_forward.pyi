@@ -11,7 +11,8 @@ def isa_name(isa: int) -> str: ...
 
 class Arena:
     nbytes: int
-    def __init__(self, spec: Dict[str, object], isa: int, threads: int, max_tokens: int) -> None: ...
+    def __init__(self, spec: Dict[str, object], isa: int, threads: int,
+                 max_tokens: int) -> None: ...
 
 class Model:
     d: int

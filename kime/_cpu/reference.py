@@ -21,7 +21,8 @@ from . import _ops  # compiled; typed by _ops.pyi
 F32 = np.float32
 
 
-def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray], eps: float) -> np.ndarray:
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: Optional[np.ndarray],
+               eps: float) -> np.ndarray:
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
     y = (x - mean) / np.sqrt(var + F32(eps))
@@ -53,7 +54,8 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return x * cos + rotated * sin
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, half_window: Optional[int]) -> np.ndarray:
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
+              half_window: Optional[int]) -> np.ndarray:
     """q, k, v [heads, n, head_dim] -> [n, heads * head_dim]; a window when `half_window` is set."""
     heads, n, head_dim = q.shape
     scores = (q @ k.transpose(0, 2, 1)) * F32(head_dim ** -0.5)
@@ -149,7 +151,8 @@ class ReferenceModel:
         h = gelu(self._linear(np.concatenate([x[0], feats])[None, :], head.hidden))
         return softmax(self._linear(h, head.out)[0])
 
-    def row(self, ids: np.ndarray, markers: np.ndarray, qtype: int) -> Tuple[np.ndarray, np.ndarray]:
+    def row(self, ids: np.ndarray, markers: np.ndarray,
+            qtype: int) -> Tuple[np.ndarray, np.ndarray]:
         """(option logits [k], act probabilities [n_act]) for one row."""
         x = self.head(self.encode(ids), qtype)
         logits = self.score(x, markers).astype(F32)
@@ -161,5 +164,6 @@ class ReferenceModel:
         for r in range(batch.rows):
             a, b = batch.cu[r], batch.cu[r + 1]
             ma, mb = batch.mcu[r], batch.mcu[r + 1]
-            logits[ma:mb], act[r] = self.row(batch.ids[a:b], batch.markers[ma:mb], int(batch.qtype[r]))
+            logits[ma:mb], act[r] = self.row(batch.ids[a:b], batch.markers[ma:mb],
+                                             int(batch.qtype[r]))
         return Outputs(logits=logits, act=act)

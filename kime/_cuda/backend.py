@@ -7,8 +7,9 @@ uploaded with one copy; pinned buffers the logits and act probabilities come bac
 the forward pass, lowered once from the model graph (`kime.graph`) into a flat list of kernel
 launches and GEMMs. With `graphs=True` (the default) the first batch of a plan runs that list
 eagerly, which also lets cuBLAS set up its workspace outside a capture, then captures it into a
-CUDA graph that every later batch replays: one launch per forward pass and no allocation. `graphs=False` runs the list eagerly every time;
-both give the same bits (tests/cuda/test_backend.py).
+CUDA graph that every later batch replays: one launch per forward pass and no allocation.
+`graphs=False` runs the list eagerly every time; both give the same bits
+(tests/cuda/test_backend.py).
 
 A plan fixes its slot count, so a batch that does not fill it is padded (layout.py): padding and
 gap slots are rows of their own that no real row can see, so a row's bits do not depend on what
@@ -42,7 +43,7 @@ CUDA_ERROR_MEMORY_ALLOCATION = 2
 def toolkit(ordinal: int) -> Tuple[Any, Any]:
     """CuPy and its cuBLAS module, once GPU `ordinal` is known to run (device.open_cupy)."""
     cupy = open_cupy(ordinal)
-    from cupy_backends.cuda.libs import cublas  # type: ignore[import-not-found]
+    from cupy_backends.cuda.libs import cublas
 
     return cupy, cublas
 

@@ -30,7 +30,7 @@ INSTALL = ("install the CuPy wheel for this machine's CUDA major: `pip install c
 
 def import_cupy() -> Any:
     """`import cupy`, on its own so tests can stand in a broken or missing CuPy."""
-    import cupy  # type: ignore[import-not-found]
+    import cupy
 
     return cupy
 
@@ -63,7 +63,8 @@ def open_cupy(ordinal: int = 0) -> Any:
             raise CudaMismatch("%s: CuPy is installed but does not import (%s); %s"
                                % (where, e, INSTALL)) from e
         raise CupyMissing("%s needs CuPy, which is not installed: `pip install 'kime[cuda]'` "
-                          "(or %s), or use device='cpu'" % (where, INSTALL.split(": ", 1)[1])) from e
+                          "(or %s), or use device='cpu'"
+                          % (where, INSTALL.split(": ", 1)[1])) from e
     except Exception as e:  # ImportError for a missing libcudart/libnvrtc of another major, ...
         raise CudaMismatch("%s: CuPy is installed but does not load (%s: %s); a CuPy built for "
                            "another CUDA major than this machine's fails this way; %s"

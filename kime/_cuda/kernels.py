@@ -63,8 +63,8 @@ class Launch:
 
     __slots__ = ("fn", "grid", "block", "args", "name")
 
-    def __init__(self, fn: Any, grid: Tuple[int, ...], block: Tuple[int, ...], args: Tuple[Any, ...],
-                 name: str):
+    def __init__(self, fn: Any, grid: Tuple[int, ...], block: Tuple[int, ...],
+                 args: Tuple[Any, ...], name: str):
         self.fn, self.grid, self.block, self.args, self.name = fn, grid, block, args, name
 
     def __call__(self) -> None:
@@ -109,7 +109,8 @@ class Kernels:
                               % (d, 256 * MAX_PER_THREAD))
         return block
 
-    def _launch(self, name: str, grid: Tuple[int, ...], block: Tuple[int, ...], *args: Any) -> Launch:
+    def _launch(self, name: str, grid: Tuple[int, ...], block: Tuple[int, ...],
+                *args: Any) -> Launch:
         return Launch(self._fn[name], grid, block, tuple(args), name)
 
     # --- one block per token ---------------------------------------------------------------------
@@ -124,9 +125,9 @@ class Kernels:
         return self._launch("add_norm", (n,), (self.norm_block(d),), ptr(x), ptr(y), ptr(ybias),
                             ptr(w), ptr(b), np.float32(eps), np.int32(d), ptr(h))
 
-    def final_norm(self, x: Any, y: Any, ybias: Optional[Any], fw: Any, fb: Optional[Any], eps: float,
-                   type_emb: Any, qtok: Any, w1: Optional[Any], b1: Optional[Any], eps1: float,
-                   n: int, d: int, h: Any) -> Launch:
+    def final_norm(self, x: Any, y: Any, ybias: Optional[Any], fw: Any, fb: Optional[Any],
+                   eps: float, type_emb: Any, qtok: Any, w1: Optional[Any], b1: Optional[Any],
+                   eps1: float, n: int, d: int, h: Any) -> Launch:
         return self._launch("final_norm", (n,), (self.norm_block(d),), ptr(x), ptr(y), ptr(ybias),
                             ptr(fw), ptr(fb), np.float32(eps), ptr(type_emb), ptr(qtok), ptr(w1),
                             ptr(b1), np.float32(eps1), np.int32(d), ptr(h))

@@ -162,7 +162,9 @@ def min_confidence_problems(value: Any, loc: Optional[List[Any]] = None) -> List
     if value is None:
         return []
     where = list(loc) if loc is not None else ["min_confidence"]
-    return _map_problems(value, where) if isinstance(value, dict) else _threshold_problems(value, where)
+    if isinstance(value, dict):
+        return _map_problems(value, where)
+    return _threshold_problems(value, where)
 
 
 def check_min_confidence_map(m: Dict[Any, Any]) -> Dict[str, float]:

@@ -78,16 +78,18 @@ class _Bad(Exception):
 def _schema_of(model: Any) -> Dict[str, Any]:
     """The JSON Schema of a pydantic model (v2 or v1), or the dict itself."""
     if hasattr(model, "model_json_schema"):
-        return model.model_json_schema()  # type: ignore[no-any-return]
+        return model.model_json_schema()
     if hasattr(model, "schema"):
-        return model.schema()  # type: ignore[no-any-return]
+        return model.schema()
     if isinstance(model, dict):
         return model
-    raise SchemaError("expected a JSON schema dict or a pydantic model, got %s" % type(model).__name__)
+    raise SchemaError("expected a JSON schema dict or a pydantic model, got %s"
+                      % type(model).__name__)
 
 
 def _noul(name: str, description: Any) -> _Field:
-    return _Field(name, "noul", {"type": "noul", "instructions": description or "Is `%s` true?" % name})
+    return _Field(name, "noul",
+                  {"type": "noul", "instructions": description or "Is `%s` true?" % name})
 
 
 def _choice(path: str, name: str, values: Any, description: Any) -> _Field:
@@ -113,14 +115,16 @@ def _score(path: str, name: str, prop: Dict[str, Any], description: Any) -> _Fie
     lo, hi = prop.get("minimum"), prop.get("maximum")
     # a boolean bound is a yes/no, not a number, even though bool subclasses int
     if not all(isinstance(b, int) and not isinstance(b, bool) for b in (lo, hi)):
-        raise _Bad("%s: a numeric field needs integer 'minimum' and 'maximum' to become a score" % path)
+        raise _Bad("%s: a numeric field needs integer 'minimum' and 'maximum' to become a score"
+                   % path)
     assert isinstance(lo, int) and isinstance(hi, int)
     if hi < lo:
         raise _Bad("%s: 'maximum' %d is below 'minimum' %d" % (path, hi, lo))
     if hi - lo + 1 > MAX_SCORE_LEVELS:
         raise _Bad("%s: %d levels exceeds MAX_SCORE_LEVELS=%d; narrow the range or use an enum"
                    % (path, hi - lo + 1, MAX_SCORE_LEVELS))
-    question = {"type": "score", "instructions": description or "Score `%s` from %d to %d" % (name, lo, hi),
+    question = {"type": "score",
+                "instructions": description or "Score `%s` from %d to %d" % (name, lo, hi),
                 "criteria": [str(v) for v in range(lo, hi + 1)]}
     return _Field(name, "score", question, minimum=lo)
 
@@ -172,8 +176,8 @@ def _plan_field(path: str, name: str, prop: Any, root: Dict[str, Any],
             branches = [b for b in (union if isinstance(union, (list, tuple)) else ())
                         if isinstance(b, dict) and b.get("type") != "null"]
             if len(branches) != 1:
-                raise _Bad("%s: only 'Optional[...]' unions (one non-null branch) are supported, got %d"
-                           % (path, len(branches)))
+                raise _Bad("%s: only 'Optional[...]' unions (one non-null branch) are supported, "
+                           "got %d" % (path, len(branches)))
             branch = dict(branches[0])
             branch.setdefault("description", description)
             return _plan_field(path, name, branch, root, seen)
@@ -203,7 +207,8 @@ def _plan_field(path: str, name: str, prop: Any, root: Dict[str, Any],
 def _plan_problems(schema: Any) -> Tuple[List[_Field], List[Problem]]:
     """The planned fields and every problem: one per bad property, in property order."""
     if not isinstance(schema, dict):
-        return [], [problem(["schema"], "expected a JSON schema object, got %s" % type(schema).__name__,
+        return [], [problem(["schema"],
+                            "expected a JSON schema object, got %s" % type(schema).__name__,
                             "value_error.schema", schema)]
     if schema.get("type") not in (None, "object") or "properties" not in schema:
         return [], [problem(["schema"], "the top level must be an object with 'properties'",
@@ -214,14 +219,16 @@ def _plan_problems(schema: Any) -> Tuple[List[_Field], List[Problem]]:
                             "value_error.schema", properties)]
     if len(properties) > MAX_PROPERTIES:
         return [], [problem(["schema", "properties"], "%d properties exceeds MAX_PROPERTIES=%d"
-                            % (len(properties), MAX_PROPERTIES), "value_error.schema", len(properties))]
+                            % (len(properties), MAX_PROPERTIES), "value_error.schema",
+                            len(properties))]
     fields: List[_Field] = []
     problems: List[Problem] = []
     for name, prop in properties.items():
         try:
             fields.append(_plan_field("properties.%s" % name, name, prop, schema))
         except _Bad as bad:
-            problems.append(problem(["schema", "properties", name], str(bad), "value_error.schema", prop))
+            problems.append(problem(["schema", "properties", name], str(bad),
+                                    "value_error.schema", prop))
     return fields, problems
 
 
@@ -293,7 +300,8 @@ def answer_to_pydantic(model: Any, answers: Dict[str, Any]) -> Any:
     return model(**answers_to_json(answers, _schema_of(model)))
 
 
-def _details(values: Dict[str, Any], answers: Dict[Any, Any], result: Dict[str, Any]) -> DecisionResult:
+def _details(values: Dict[str, Any], answers: Dict[Any, Any],
+             result: Dict[str, Any]) -> DecisionResult:
     confidence: Dict[Any, float] = {}
     answer_confidence: Dict[Any, Optional[float]] = {}
     probabilities: Dict[Any, Dict[str, Any]] = {}
@@ -348,9 +356,9 @@ def _shape(result: Dict[str, Any], fields: Optional[List[_Field]], return_detail
     return _details(values, answers, result) if return_details else values
 
 
-def decide(runner: Any, state: Any, schema: Any = None, *, questions: Optional[Dict[Any, Any]] = None,
-           return_details: bool = False, min_confidence: Optional[MinConfidence] = None,
-           **predict_kwargs: Any) -> Any:
+def decide(runner: Any, state: Any, schema: Any = None, *,
+           questions: Optional[Dict[Any, Any]] = None, return_details: bool = False,
+           min_confidence: Optional[MinConfidence] = None, **predict_kwargs: Any) -> Any:
     """Answer one state against a schema (JSON Schema dict or pydantic model) or explicit
     `questions`, through `runner.predict`; return the values (schema-shaped, or the raw answers
     for `questions`), or a `DecisionResult` with `return_details=True`.
@@ -380,7 +388,8 @@ _ROUTER_REQUEST_KEYS = ("model", "task", "lang", "lang_guess", "max_len", "head_
 
 def decide_batch(runner: Any, states: Sequence[Any], schema: Any = None, *,
                  questions: Optional[Dict[Any, Any]] = None, return_details: bool = False,
-                 min_confidence: Optional[MinConfidence] = None, **predict_kwargs: Any) -> List[Any]:
+                 min_confidence: Optional[MinConfidence] = None,
+                 **predict_kwargs: Any) -> List[Any]:
     """`decide` over many states in one `runner.predict_batch` call (shared forward passes), one
     item per state in input order. The schema is planned once.
 
@@ -397,10 +406,12 @@ def decide_batch(runner: Any, states: Sequence[Any], schema: Any = None, *,
     fields, qs, mc = _prepare(schema, questions, min_confidence)
     predict_batch = getattr(runner, "predict_batch", None)
     if predict_batch is None:
-        raise InvalidArgument([problem(["runner"], "%s has no predict_batch; loop decide() over the "
-                                       "states instead" % type(runner).__name__, "type_error", None)])
+        raise InvalidArgument([problem(["runner"], "%s has no predict_batch; loop decide() over "
+                                       "the states instead" % type(runner).__name__,
+                                       "type_error", None)])
     if hasattr(runner, "route_batch"):
-        pins = {key: predict_kwargs.pop(key) for key in _ROUTER_REQUEST_KEYS if key in predict_kwargs}
+        pins = {key: predict_kwargs.pop(key) for key in _ROUTER_REQUEST_KEYS
+                if key in predict_kwargs}
         results = predict_batch([dict({"state": s, "questions": qs}, **pins) for s in states],
                                 **predict_kwargs)
     else:
@@ -411,5 +422,6 @@ def decide_batch(runner: Any, states: Sequence[Any], schema: Any = None, *,
 
 __all__ = [
     "DecisionResult", "SchemaError", "answers_to_json", "answer_to_pydantic", "decide",
-    "decide_batch", "plan_from_json_schema", "questions_from_json_schema", "questions_from_pydantic",
+    "decide_batch", "plan_from_json_schema", "questions_from_json_schema",
+    "questions_from_pydantic",
 ]

@@ -41,7 +41,7 @@ def answer(a: Answer, answer_conf: Optional[AnswerConfidence] = None) -> Dict[st
                 "probabilities": {key: _r(v) for key, v in zip(keys, p)}, **common}
     if a.type == "score":
         return {"type": "score", "score": _r((np.arange(k) * p).sum()),
-                "legend": {str(i): render_criterion(c) for i, c in enumerate(a.question.crit)},
+                "legend": {str(i): render_criterion(c) for i, c in enumerate(a.question.levels())},
                 "probabilities": {str(i): _r(v) for i, v in enumerate(p)}, **common}
     return {"type": "noul", "noul": _r(p[1]), **common}
 
