@@ -137,6 +137,7 @@ def _same_answer(got: Dict[str, Any], want: Dict[str, Any]) -> None:
     assert routing == dict(want["routing"], repo=None)
 
 
+@pytest.mark.slow  # kime decide subprocesses over a Router of three checkpoints
 def test_decide_model_auto_routes(tmp_path, questions_file, local_router):
     """`--model auto` runs Laya's Router over Laya's checkpoints (here from the cache), with the
     routing flags; one state, and a JSONL batch read from stdin."""
@@ -195,6 +196,7 @@ LINES = st.one_of(
                                                     max_size=2))))
 
 
+@pytest.mark.slow  # 60 hypothesis examples, each a batch run
 @settings(max_examples=60, deadline=None)
 @given(st.lists(LINES, max_size=8), st.integers(min_value=1, max_value=4))
 def test_batch_lines_never_stop_and_keep_order(tiny_agent, lines, batch_size):
