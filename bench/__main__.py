@@ -15,6 +15,6 @@ if any(v in os.environ for v in UNSET_ENV) and not os.environ.get("KIME_BENCH_RE
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "bench"] + sys.argv[1:], env)
 
-from .run import main  # noqa: E402  (after the re-exec, so NumPy loads OpenBLAS without them)
+from .run import main  # after the re-exec, so NumPy loads OpenBLAS without them
 
 sys.exit(main())

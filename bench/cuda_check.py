@@ -238,8 +238,10 @@ def ensure_laya(lines: List[str], wheel: Optional[str]) -> bool:
         lines.append("- laya is not installed and no wheel was given (--laya-wheel) or found in "
                      "shared/: the Laya comparison is skipped")
         return False
-    r = run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", candidates[-1]], 300)
-    lines.append("- pip install %s: exit %d\n\n%s" % (candidates[-1], r["rc"], code(tail(r["out"], 8))))
+    r = run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", candidates[-1]],
+            300)
+    lines.append("- pip install %s: exit %d\n\n%s"
+                 % (candidates[-1], r["rc"], code(tail(r["out"], 8))))
     ok = run([sys.executable, "-c", "import laya.agent"], 120)
     if ok["rc"] != 0:
         lines.append("- laya still does not import:\n\n" + code(tail(ok["out"], 10)))
@@ -252,7 +254,8 @@ def laya_bench(path: str, workloads_json: str, timeout: float) -> Dict[str, Any]
     for line in reversed(r["out"].splitlines()):
         if line.startswith("{"):
             return json.loads(line)
-    raise RuntimeError("the Laya worker gave no result (exit %d):\n%s" % (r["rc"], tail(r["out"], 40)))
+    raise RuntimeError("the Laya worker gave no result (exit %d):\n%s"
+                       % (r["rc"], tail(r["out"], 40)))
 
 
 def laya_worker(path: str, workloads_json: str) -> int:
@@ -294,15 +297,17 @@ def targets(results: Dict[str, Dict[str, Any]]) -> List[str]:
     if not ours or "error" in ours:
         return ["- no `large` FP16 numbers to check"]
     w1, w3 = 1000 * ours["W1"]["p50_s"], ours["W3"]["ms_per_question"]
-    out = ["- W1 p50 %.3f ms (target <= %.1f): %s" % (w1, TARGETS["W1_p50_ms"],
-                                                     "met" if w1 <= TARGETS["W1_p50_ms"] else "MISSED"),
+    out = ["- W1 p50 %.3f ms (target <= %.1f): %s" % (
+               w1, TARGETS["W1_p50_ms"], "met" if w1 <= TARGETS["W1_p50_ms"] else "MISSED"),
            "- W3 %.3f ms/question (target <= %.1f): %s" % (
-               w3, TARGETS["W3_ms_per_question"], "met" if w3 <= TARGETS["W3_ms_per_question"] else "MISSED")]
+               w3, TARGETS["W3_ms_per_question"],
+               "met" if w3 <= TARGETS["W3_ms_per_question"] else "MISSED")]
     if laya and "error" not in laya:
         for name in ("W1", "W3"):
             speedup = laya[name]["p50_s"] / ours[name]["p50_s"]
             out.append("- %s %.1fx Laya's torch Agent (target >= %.0fx): %s" % (
-                name, speedup, TARGETS["speedup"], "met" if speedup >= TARGETS["speedup"] else "MISSED"))
+                name, speedup, TARGETS["speedup"],
+                "met" if speedup >= TARGETS["speedup"] else "MISSED"))
     else:
         out.append("- no Laya numbers: the speed-up targets are unchecked")
     return out
@@ -313,7 +318,8 @@ def agreement(ours: Dict[str, Any], laya: Dict[str, Any]) -> str:
 
     diff = compare_results(ours["W3_result"], laya["W3_result"])
     return "max |difference| %.4g at %s; mismatches: %s" % (
-        diff.get("max_abs", float("nan")), diff.get("worst"), diff.get("mismatches", [])[:5] or "none")
+        diff.get("max_abs", float("nan")), diff.get("worst"),
+        diff.get("mismatches", [])[:5] or "none")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -363,7 +369,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
             t0 = time.perf_counter()
             ck = cached_checkpoint(shape, cache_dir=os.path.join(tmp, "checkpoints"), log=log)
-            lines.append("- random `%s` checkpoint written in %.1f s" % (shape, time.perf_counter() - t0))
+            lines.append("- random `%s` checkpoint written in %.1f s"
+                         % (shape, time.perf_counter() - t0))
             workloads_json = os.path.join(tmp, "workloads-%s.json" % shape)
             for precision in ("f16", "f32"):
                 key = "%s kime-%s" % (shape, precision)
@@ -374,7 +381,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         results[key]["memory"], results[key]["rows"]))
                 except Exception as e:
                     results[key] = {"error": "%s: %s" % (type(e).__name__, str(e)[:200])}
-                    lines.append("- kime %s failed:\n\n%s" % (precision, code(traceback.format_exc())))
+                    lines.append("- kime %s failed:\n\n%s"
+                                 % (precision, code(traceback.format_exc())))
             if have_laya and left() > 45 and os.path.isfile(workloads_json):
                 key = "%s laya-torch" % shape
                 try:

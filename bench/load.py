@@ -219,7 +219,8 @@ def laya_serve_fallback(python: str) -> "tuple[Optional[str], List[str]]":
     interpreter is the same Python version and has them, its site-packages directory is APPENDED
     to the peer's sys.path (after the peer's own, so every package the peer has still wins, and
     only the missing ones and their own missing dependencies come from here); the peer's venv is
-    not changed. Returns (None, []) when nothing is missing; raises RuntimeError when it cannot help.
+    not changed. Returns (None, []) when nothing is missing; raises RuntimeError when it cannot
+    help.
     """
     import importlib.util
 
@@ -486,7 +487,8 @@ def run_bench(shape: str = "tiny", concurrency: Sequence[int] = DEFAULT_LEVELS,
         t0 = time.perf_counter()
         kime = start_kime(checkpoint, threads=threads)
         servers.append(kime)
-        log("kime serve healthy on 127.0.0.1:%d after %.1f s" % (kime.port, time.perf_counter() - t0))
+        log("kime serve healthy on 127.0.0.1:%d after %.1f s"
+            % (kime.port, time.perf_counter() - t0))
         targets = [kime]
         result["servers"]["kime"] = _measure(kime, bodies, levels, n, questions, cap, log)
         kime.stop()
@@ -512,7 +514,8 @@ def run_bench(shape: str = "tiny", concurrency: Sequence[int] = DEFAULT_LEVELS,
             try:
                 site, borrowed = laya_serve_fallback(peer_py)
                 if borrowed:
-                    log("the peer lacks %s; appending %s to its sys.path" % (", ".join(borrowed), site))
+                    log("the peer lacks %s; appending %s to its sys.path"
+                        % (", ".join(borrowed), site))
                     result["peer"]["borrowed"] = borrowed
                     result["peer"]["borrowed_from"] = site
                 laya = start_laya(checkpoint, peer_py, max_concurrent=max(256, 2 * max(levels)),
@@ -601,7 +604,8 @@ def format_report(res: Dict[str, Any]) -> str:
                          % (d["tail_level"], _f(ratio, "%.2f"), target))
             if d.get("closed_loop_mean_ms"):
                 parts.append("c / throughput = %s ms, p99 / that = %s" % (
-                    _f(d["closed_loop_mean_ms"], "%.0f"), _f(d["p99_over_closed_loop_mean"], "%.2f")))
+                    _f(d["closed_loop_mean_ms"], "%.0f"),
+                    _f(d["p99_over_closed_loop_mean"], "%.2f")))
         if d["rps_gain"]:
             parts.append("throughput gain " + ", ".join(
                 "c=%s/c=1 x%.2f" % (k, v) for k, v in sorted(d["rps_gain"].items(),
@@ -609,7 +613,8 @@ def format_report(res: Dict[str, Any]) -> str:
         lines.append("; ".join(parts))
     if res.get("merge_gain"):
         lines.append("merged batches vs one request per run (kime / kime-1 req/s): " + ", ".join(
-            "c=%s x%.2f" % kv for kv in sorted(res["merge_gain"].items(), key=lambda kv: int(kv[0]))))
+            "c=%s x%.2f" % kv
+            for kv in sorted(res["merge_gain"].items(), key=lambda kv: int(kv[0]))))
     for name in names:
         for lv in res["servers"][name]["levels"]:
             if lv["error_samples"]:
@@ -629,12 +634,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--requests", type=int, default=None,
                    help="requests per level (default 200 at tiny, 40 at base)")
     p.add_argument("--time-cap", type=float, default=None,
-                   help="seconds per level before no new request starts (default 60 tiny, 120 base)")
+                   help="seconds per level before no new request starts "
+                        "(default 60 tiny, 120 base)")
     p.add_argument("--peer", choices=("auto", "none"), default="auto",
                    help="also load laya serve on the same checkpoint when laya is importable")
     p.add_argument("--peer-python", default=None, help="the interpreter that has laya")
     p.add_argument("--threads", type=int, default=None, help="kime serve --threads")
-    p.add_argument("--cache-dir", default=None, help="checkpoint cache (default ~/.cache/kime/bench)")
+    p.add_argument("--cache-dir", default=None,
+                   help="checkpoint cache (default ~/.cache/kime/bench)")
     p.add_argument("--merge-baseline", action="store_true",
                    help="also run kime serve --max-merge 1 (one request per forward run) at "
                         "every level: the throughput merging gains at equal concurrency")

@@ -20,8 +20,8 @@ stdout carries only replies. Requests (`op`):
 - `quantize_onnx` {onnx, out}: `onnxruntime.quantization.quantize_dynamic` with its defaults
   (INT8 weights, dynamic uint8 activations) on the exported graph, unless `out` and its stamp
   already match it; what a user who wants INT8 without kime would do.
-- `run` {engine: torch|onnx|onnx-int8, threads, workload, result}: one timed call; replies `seconds` and,
-  when `result` is true, what the call returned.
+- `run` {engine: torch|onnx|onnx-int8, threads, workload, result}: one timed call; replies
+  `seconds` and, when `result` is true, what the call returned.
 - `quit`.
 
 Laya ships no ONNX exporter for these checkpoints (`ONNXAgent` says "run export_onnx.py first"),
@@ -102,7 +102,8 @@ def _ort_sessions(path, threads):
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         so.intra_op_num_threads = int(t)
-        out[int(t)] = ort.InferenceSession(path, sess_options=so, providers=["CPUExecutionProvider"])
+        out[int(t)] = ort.InferenceSession(path, sess_options=so,
+                                           providers=["CPUExecutionProvider"])
     return out
 
 
@@ -290,9 +291,10 @@ def serve():
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     worker = Worker()
-    ops = {"hello": worker.hello, "load_torch": worker.load_torch, "export_onnx": worker.export_onnx,
-           "load_onnx": worker.load_onnx, "quantize_onnx": worker.quantize_onnx,
-           "workloads": worker.set_workloads, "run": worker.run}
+    ops = {"hello": worker.hello, "load_torch": worker.load_torch,
+           "export_onnx": worker.export_onnx, "load_onnx": worker.load_onnx,
+           "quantize_onnx": worker.quantize_onnx, "workloads": worker.set_workloads,
+           "run": worker.run}
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -91,7 +91,8 @@ class PeerProcess:
         except (BrokenPipeError, OSError):
             line = ""
         if not line:
-            raise PeerError("the peer process ended during %r; its log:\n%s" % (op, self.log_tail()))
+            raise PeerError("the peer process ended during %r; its log:\n%s"
+                            % (op, self.log_tail()))
         reply = json.loads(line)
         if not reply.get("ok"):
             raise PeerError("%s failed in the peer process: %s\n%s"

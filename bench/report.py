@@ -104,21 +104,24 @@ def render(report: Dict[str, Any]) -> str:
     s = report["settings"]
     out: List[str] = []
     out.append("kime bench: shape %s (%s layout: %s layers, d=%s, %s heads, vocab %s, max_len %s), "
-               "random weights" % (s["shape"], md.get("encoder"), md.get("layers"), md.get("hidden"),
-                                   md.get("heads"), md.get("vocab"), md.get("max_len")))
+               "random weights" % (s["shape"], md.get("encoder"), md.get("layers"),
+                                   md.get("hidden"), md.get("heads"), md.get("vocab"),
+                                   md.get("max_len")))
     out.append("  command  %s" % report["command"])
     unset = report.get("unset_env")
     out.append("  machine  %s, %d cores, %s, Python %s%s"
                % (m["cpu"], m["cores"], m["os"], m["python"],
-                  ", load avg %.2f at start" % m["loadavg_start"][0] if "loadavg_start" in m else ""))
+                  ", load avg %.2f at start" % m["loadavg_start"][0]
+                  if "loadavg_start" in m else ""))
     out.extend(_versions_line(report))
     if s["quick"]:
         how = ("--quick: 1 timed run per workload, a warm-up on the first only; a smoke run, not "
                "numbers to quote")
     else:
-        how = ("1 warm-up run per workload, then %s timed runs, interleaved across engines with the "
-               "order rotated every round" % ("%d" % s["repeat"] if s["repeat"] else
-                                            "3-30 (a %.0f-s budget per engine)" % s["budget_s"]))
+        how = ("1 warm-up run per workload, then %s timed runs, interleaved across engines with "
+               "the order rotated every round"
+               % ("%d" % s["repeat"] if s["repeat"] else
+                  "3-30 (a %.0f-s budget per engine)" % s["budget_s"]))
     out.append("  timing   %s; wall time of one call" % how)
     if unset:
         out.append("  note     %s were set; the bench restarted without them" % ", ".join(unset))
@@ -159,8 +162,9 @@ def render(report: Dict[str, Any]) -> str:
             out.extend(_table(header, rows))
         others = [k for k in stats if k not in keys]
         if others:
-            out.append("  also: " + ", ".join("%s p50 %s" % (_label(k), _fmt_time(stats[k]["p50"], unit))
-                                            for k in sorted(others)))
+            out.append("  also: " + ", ".join(
+                "%s p50 %s" % (_label(k), _fmt_time(stats[k]["p50"], unit))
+                for k in sorted(others)))
         agree = w.get("agreement") or {}
         if agree:
             parts = []
@@ -191,7 +195,7 @@ def render(report: Dict[str, Any]) -> str:
         out.append("Summary (p50, or questions/s for batches; A vs B = B's p50 / A's p50, above 1 "
                    "means A is faster)")
         rows = []
-        for w, fams in summary:
+        for w, _fams in summary:
             stats, best = w["stats"], w["best"]
             batch = w["kind"] == "predict_batch"
             unit = _unit([stats[k]["p50"] for k in best.values()])
@@ -226,9 +230,11 @@ def render(report: Dict[str, Any]) -> str:
                 rows.append([fam, "failed", "", "", "", ""])
                 continue
             rows.append([fam, "%.2f s" % e["import_s"], "%.2f s" % e["load_s"],
-                         _fmt_time(e.get("first_w1_s"), "ms" if (e.get("first_w1_s") or 0) < 2 else "s"),
+                         _fmt_time(e.get("first_w1_s"),
+                                   "ms" if (e.get("first_w1_s") or 0) < 2 else "s"),
                          _mb(e.get("rss_load_kb")), _mb(e.get("rss_w3_kb"))])
-        out.extend(_table(["", "import", "load", "first W1", "RSS after load", "peak RSS, W3"], rows))
+        out.extend(_table(["", "import", "load", "first W1", "RSS after load", "peak RSS, W3"],
+                          rows))
 
     problems = report.get("problems") or []
     out.append("")

@@ -17,8 +17,9 @@ requests: a ~300-token state, unique per request, and five questions.
 
 The english and typed-decisions checkpoints are `--shape`, the multilingual one is the
 multilingual variant of the shape (`tiny` -> `multilingual-tiny`; `base` has none and serves
-itself in that role). They are random checkpoints from `bench.workloads`' cache. All three engines share the machine's cores:
-`--threads` per engine (default: the cores / 3 for router-3, all of them otherwise).
+itself in that role). They are random checkpoints from `bench.workloads`' cache. All three
+engines share the machine's cores: `--threads` per engine (default: the cores / 3 for router-3,
+all of them otherwise).
 """
 from __future__ import annotations
 

@@ -38,7 +38,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m bench",
         description="Time kime against Laya's torch Agent and ONNXAgent on a random checkpoint.",
-        epilog="Run it as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench --shape base")
+        epilog="Run it as: env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench "
+               "--shape base")
     ap.add_argument("--shape", default="base",
                     help="checkpoint shape for kime.testing.write_checkpoint (tiny, "
                          "multilingual-tiny, base, large); default base")
@@ -74,7 +75,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     ap.add_argument("--no-startup", action="store_true",
                     help="skip the new-process load-time and peak-RSS probes")
     ap.add_argument("--cache-dir", default=None,
-                    help="where checkpoints and ONNX exports are cached (default ~/.cache/kime/bench)")
+                    help="where checkpoints and ONNX exports are cached "
+                         "(default ~/.cache/kime/bench)")
     ap.add_argument("--out", help="write the report as JSON to this file")
     args = ap.parse_args(argv)
     if args.workloads is None:
@@ -82,7 +84,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     args.workloads = [w.strip().upper() for w in args.workloads.split(",") if w.strip()]
     bad = [w for w in args.workloads if w not in WORKLOAD_NAMES]
     if bad:
-        ap.error("unknown workload(s) %s; choose from %s" % (", ".join(bad), ", ".join(WORKLOAD_NAMES)))
+        ap.error("unknown workload(s) %s; choose from %s"
+                 % (", ".join(bad), ", ".join(WORKLOAD_NAMES)))
     if args.repeat is not None and args.repeat < 1:
         ap.error("--repeat must be at least 1")
     aliases = {"fp32": "f32", "float32": "f32", "i8": "int8", "bfloat16": "bf16"}
@@ -450,7 +453,8 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     agent = agents["kime"]
     report["kime"] = {"version": kime.__version__, "device": agent.engine.device,
                       "precision": args.precision, "threads": args.threads, "blas": blas_info(),
-                      "others": {k: {"device": a.engine.device} for k, a in agents.items() if k != "kime"}}
+                      "others": {k: {"device": a.engine.device}
+                                 for k, a in agents.items() if k != "kime"}}
     workloads = build_workloads(path, agent.engine, args.workloads)
     by_name = {w.name: w for w in workloads}
 
@@ -460,7 +464,8 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     onnx_path: Optional[str] = None
     onnx_paths: Dict[str, str] = {}
     families = [e.key for e in engines]
-    want_onnx_int8 = args.onnx_int8 == "on" or (args.onnx_int8 == "auto" and "int8" in args.precisions)
+    want_onnx_int8 = args.onnx_int8 == "on" or (args.onnx_int8 == "auto"
+                                                 and "int8" in args.precisions)
     report["peers"] = {"mode": args.peers}
     if args.peers != "none":
         peer_python, why = peerlib.find_peer_python(args.peer_python)
@@ -494,8 +499,8 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
                 families.append("torch")
             if vers.get("onnxruntime_import") or vers.get("onnx_agent"):
                 msg = ("onnx peer skipped: %s; install it with `%s -m pip install onnxruntime "
-                       "onnx onnxscript`" % (vers.get("onnxruntime_import") or vers.get("onnx_agent"),
-                                             peer_python))
+                       "onnx onnxscript`"
+                       % (vers.get("onnxruntime_import") or vers.get("onnx_agent"), peer_python))
                 log(msg)
                 notes.append(msg)
             else:

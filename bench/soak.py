@@ -127,7 +127,8 @@ class Soak:
         with self.lock:
             self.seq += 1
             n = self.seq
-        return "Ticket %d: I was charged twice for order %d and want one refunded. " % (n, n * 7) * 3
+        return ("Ticket %d: I was charged twice for order %d and want one refunded. "
+                % (n, n * 7)) * 3
 
     def one(self, kind: str) -> None:
         t = time.monotonic()

@@ -201,9 +201,10 @@ def questions_w3() -> Dict[str, Dict[str, Any]]:
 
 _CHOICE_POOL = ["refund", "exchange", "repair", "apology", "voucher", "callback", "escalation",
                 "nothing", "survey", "manual"]
-_NOUL_POOL = ["the customer is polite", "an order number is given", "a payment problem is mentioned",
-              "the customer threatens to leave", "the message mentions a phone call",
-              "the parcel was damaged", "a discount code is mentioned", "the customer uses the app",
+_NOUL_POOL = ["the customer is polite", "an order number is given",
+              "a payment problem is mentioned", "the customer threatens to leave",
+              "the message mentions a phone call", "the parcel was damaged",
+              "a discount code is mentioned", "the customer uses the app",
               "more than one order is involved", "the customer gives a deadline"]
 _SCORE_POOL = [["none", "some", "a lot"], ["unlikely", "possible", "likely", "certain"],
                ["trivial", "small", "medium", "large", "huge"]]
@@ -217,16 +218,17 @@ def questions_w4() -> Dict[str, Dict[str, Any]]:
         if kind == "choice":
             k = 2 + (i // 3) % 6
             labels = [_CHOICE_POOL[(i + j) % len(_CHOICE_POOL)] for j in range(k)]
-            q["next_step_%02d" % i] = {"type": "choice",
-                                       "instructions": "Which next step fits best (variant %d)?" % i,
-                                       "criteria": labels}
+            q["next_step_%02d" % i] = {
+                "type": "choice", "instructions": "Which next step fits best (variant %d)?" % i,
+                "criteria": labels}
         elif kind == "score":
             q["scale_%02d" % i] = {"type": "score",
                                    "instructions": "Rate the ticket on aspect number %d." % i,
                                    "criteria": list(_SCORE_POOL[i % len(_SCORE_POOL)])}
         else:
-            q["fact_%02d" % i] = {"type": "noul",
-                                  "instructions": "Is it true that %s?" % _NOUL_POOL[i % len(_NOUL_POOL)]}
+            q["fact_%02d" % i] = {
+                "type": "noul",
+                "instructions": "Is it true that %s?" % _NOUL_POOL[i % len(_NOUL_POOL)]}
     assert len(q) == 50
     return q
 
@@ -271,14 +273,16 @@ class Workload:
                 "rows_cut": self.rows_cut}
 
 
-def build_workloads(checkpoint: str, engine: Any, names: Sequence[str] = WORKLOAD_NAMES) -> List[Workload]:
+def build_workloads(checkpoint: str, engine: Any,
+                    names: Sequence[str] = WORKLOAD_NAMES) -> List[Workload]:
     """Build the named workloads for `checkpoint` and check them against `engine` (a
     `kime.Kime`): every state has exactly its token count, W3/W4 rows are exactly `max_len`."""
     encode = tokenizer_encoder(checkpoint)
     max_len = engine.max_row_tokens
     unknown = [n for n in names if n not in WORKLOAD_NAMES]
     if unknown:
-        raise ValueError("unknown workload(s) %s; choose from %s" % (unknown, ", ".join(WORKLOAD_NAMES)))
+        raise ValueError("unknown workload(s) %s; choose from %s"
+                         % (unknown, ", ".join(WORKLOAD_NAMES)))
 
     texts: Dict[int, str] = {}
 
