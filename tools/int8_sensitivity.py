@@ -30,9 +30,10 @@ import numpy as np
 os.environ["KIME_CPU_BACKEND"] = "reference"
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import kime._cpu.reference as R  # noqa: E402
-from kime import Kime  # noqa: E402
-from kime.precision_gate import builtin_requests, compare  # noqa: E402
+# after the backend choice and the path, which these imports read
+import kime._cpu.reference as R
+from kime import Kime
+from kime.precision_gate import builtin_requests, compare
 
 F32 = np.float32
 
