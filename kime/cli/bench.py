@@ -6,7 +6,6 @@ import argparse
 import importlib.util
 import os
 import sys
-from typing import Any
 
 from .exits import UsageError
 
@@ -29,7 +28,7 @@ def _bench(args: argparse.Namespace) -> int:
     return subprocess.call([sys.executable, "-m", module] + rest, env=env)
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `bench` to `kime`'s subcommands (an argparse subparsers action)."""
     b = sub.add_parser("bench", help="run the benchmarks in a source checkout's bench/ folder",
                        description="Run `python -m bench` (end to end, beside Laya when it is "

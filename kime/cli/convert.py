@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Any
 
 from ..errors import Unsupported
 
@@ -38,7 +37,7 @@ def _convert(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `convert` to `kime`'s subcommands (an argparse subparsers action)."""
     c = sub.add_parser("convert", help="pack a model's weights for this CPU ahead of time",
                        description="Load a model so the CPU backend packs its weights for this "

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from .exits import EXIT_USAGE, UsageError
+
+if TYPE_CHECKING:
+    from ..laya.confidence import MinConfidence
 
 
 def _read_state(args: argparse.Namespace) -> Any:
@@ -104,7 +107,7 @@ def _decide_batch(args: argparse.Namespace, answerer: Any, questions: Any,
     return 0
 
 
-def _min_confidence(value: str) -> Any:
+def _min_confidence(value: str) -> MinConfidence:
     """`--min-confidence`: a number the confidence gate accepts (its range, its message)."""
     from ..laya.confidence import check_min_confidence
 
@@ -119,7 +122,7 @@ def _min_confidence(value: str) -> Any:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `decide` to `kime`'s subcommands (an argparse subparsers action)."""
     d = sub.add_parser("decide", help="answer questions about one state; prints Laya's JSON",
                        description="Answer the questions in a JSON file about one state and print "

@@ -121,7 +121,7 @@ def _doctor(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `doctor` to `kime`'s subcommands (an argparse subparsers action)."""
     doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
                          description="Print kime's and its dependencies' versions, the ISA kime's "

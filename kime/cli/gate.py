@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
 
 from .exits import EXIT_GATE
 
@@ -26,7 +25,7 @@ def _gate(args: argparse.Namespace) -> int:
     return 0 if report.passed else EXIT_GATE
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `gate` to `kime`'s subcommands (an argparse subparsers action)."""
     g = sub.add_parser("gate", help="compare INT8 or BF16 with FP32 on a request set; pass or "
                        "fail", description="Run a request set through the model in FP32 and in "

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 
 def _pull(args: argparse.Namespace) -> int:
@@ -13,7 +12,7 @@ def _pull(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `pull` to `kime`'s subcommands (an argparse subparsers action)."""
     p = sub.add_parser("pull", help="download a model into the Hugging Face cache",
                        description="Download the checkpoint a model name points at (an alias, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, Optional
+from typing import Optional
 
 from .exits import UsageError
 
@@ -39,7 +39,7 @@ def _route(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `route` to `kime`'s subcommands (an argparse subparsers action)."""
     r = sub.add_parser("route", help="which checkpoint a text goes to, and why (loads nothing)",
                        description="Laya's default command: route a text as laya.Router does "

@@ -4,7 +4,6 @@ flags, says what to install."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from .exits import UsageError
 
@@ -24,7 +23,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_commands(sub: Any) -> None:
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `serve` to `kime`'s subcommands (an argparse subparsers action)."""
     s = sub.add_parser("serve", help="serve laya-serve's HTTP API (needs kime[serve])",
                        description="Serve Laya's HTTP API (POST /v1/systemone, "
