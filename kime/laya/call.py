@@ -38,22 +38,11 @@ from . import wire
 from .wire import AnswerConfidence
 from .confidence import MinConfidence, check_min_confidence
 from .driver import Blocking, Engine, Infer, Step, Together
-from .hooks import defaults_skipped
+from .hooks import HookOwner, defaults_skipped
 from .routing import RouteDecision, refusal
 from .scope import HookScope, open_scope
 
 Result = Dict[str, Any]
-
-
-class HookOwner(Protocol):
-    """An Agent's or a Router's hook settings (`kime.laya.hooks.HookRegistry`)."""
-
-    hooks: List[Any]
-    hooks_raise: bool
-    hooks_timeout: Optional[float]
-
-    @property
-    def hooks_lock(self) -> Any: ...
 
 
 class Calibrating(Protocol):

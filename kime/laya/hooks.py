@@ -363,6 +363,17 @@ def dispatch(hooks: Sequence[Any], event: str, ctx: PredictContext, *, raise_err
                           RuntimeWarning, stacklevel=2)
 
 
+class HookOwner(Protocol):
+    """An Agent's or a Router's hook settings (a `HookRegistry`), what a call's scope reads."""
+
+    hooks: List[Any]
+    hooks_raise: bool
+    hooks_timeout: Optional[float]
+
+    @property
+    def hooks_lock(self) -> Any: ...
+
+
 class HookRegistry:
     """An agent's own hook list, changeable while calls run: a call reads a snapshot, so adding
     or removing a hook never disturbs a call in flight."""

@@ -37,7 +37,7 @@ from ..request import (Questions, questions_arg_problems, raise_if, state_proble
 from . import wire
 from .calibration import normalise_lang
 from .call import said_language
-from .hooks import defaults_skipped
+from .hooks import PredictContext, defaults_skipped
 from .routing import refusal
 
 AGGREGATES = ("auto",)
@@ -222,7 +222,7 @@ class LongScan:
                         "batch_size": batch_size}
         self.lang = lang
 
-    def __call__(self, ctx: Any) -> Dict[str, Any]:
+    def __call__(self, ctx: PredictContext) -> Dict[str, Any]:
         scan = getattr(ctx.agent, "predict_long", None)
         if scan is None:
             raise refusal(

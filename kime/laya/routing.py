@@ -163,7 +163,7 @@ class RouteDecision(dict):
 Hint = Union[str, Callable[[Any], Any], None]
 
 
-def hint_says_english(hint: Any, state: Any) -> Optional[bool]:
+def hint_says_english(hint: Hint, state: Any) -> Optional[bool]:
     """A `lang_guess` (a code, or a callable taking the state and returning one) as True /
     False, or None when it abstains."""
     if hint is None:

@@ -15,7 +15,8 @@ from typing import Any, Callable, List, Optional, Sequence
 
 from .confidence import MinConfidence, apply_confidence_gate
 from .driver import Blocking
-from .hooks import PredictContext, aggregate_usage, compose_hooks, dispatch, validate_timeout
+from .hooks import (HookOwner, PredictContext, aggregate_usage, compose_hooks, dispatch,
+                    validate_timeout)
 
 CALL_EVENTS = ("on_predict_start", "on_predict_end", "on_error")
 """The events a call's scope dispatches."""
@@ -101,7 +102,7 @@ class HookScope:
             raise first
 
 
-def open_scope(owner: Any, hooks: Any, on_predict_start: Any, on_predict_end: Any,
+def open_scope(owner: HookOwner, hooks: Any, on_predict_start: Any, on_predict_end: Any,
                hooks_raise: Optional[bool], hooks_timeout: Optional[float],
                gate: Optional[MinConfidence], skip_defaults: bool = False) -> HookScope:
     """The scope of one call on `owner` (an Agent or a Router: `hooks`, `hooks_raise`,

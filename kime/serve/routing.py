@@ -10,12 +10,18 @@ order, with its texts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .. import names
 from ..laya.confidence import MinConfidence, check_min_confidence
 from .limits import Body, budgets, check_batch_controls, check_languages, check_shape, refuse
 from .settings import ConfigError, Settings
+
+if TYPE_CHECKING:
+    from ..laya.call import Routing
+    from ..laya.hooks import PredictContext
+    from ..laya.router import Router
+    from ..laya.routing import RouteDecision
 
 PUBLISHED_IDS: Dict[str, str] = names.PUBLISHED_IDS
 """The Hub ids of the published checkpoints, which pin one. The bundle id is not among them: a
@@ -57,11 +63,11 @@ class _BoundMerge:
     def __init__(self, max_merge: int):
         self.max_merge = max_merge
 
-    def on_load(self, ctx: Any) -> None:
+    def on_load(self, ctx: PredictContext) -> None:
         ctx.agent.engine.scheduler.max_merge = self.max_merge
 
 
-def build_router(settings: Settings) -> Any:
+def build_router(settings: Settings) -> Router:
     """The Router the settings describe, preloaded as laya serve's `build_router` does. The
     registry is Laya's three, then `extra_models`, then `--model NAME=SOURCE` entries (a
     built-in's name re-points it). The preload covers `preload_models`, else the NAME=SOURCE
@@ -167,7 +173,7 @@ def resolve_model(value: Any, resolve: Callable[[Any], str]) -> Optional[str]:
         return None
 
 
-def route_all(router: Any, ask: Ask) -> List[Any]:
+def route_all(router: Routing, ask: Ask) -> List[RouteDecision]:
     """Every state's `RouteDecision`, in order. A control the Router refuses (an unknown
     `task`) is laya serve's 422 with the Router's text."""
     try:
