@@ -23,7 +23,7 @@ from .tolerances import LAYA
 
 def _decode(obj: Dict[str, Any]) -> Any:
     if set(obj) == {"__items__"}:
-        return {k: v for k, v in obj["__items__"]}
+        return dict(obj["__items__"])
     return obj
 
 

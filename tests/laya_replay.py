@@ -23,7 +23,7 @@ from .tolerances import LAYA
 def _decode(obj: Dict[str, Any]) -> Any:
     # a dict with non-string keys (int ids, int labels) is recorded as its items
     if set(obj) == {"__items__"}:
-        return {k: v for k, v in obj["__items__"]}
+        return dict(obj["__items__"])
     return obj
 
 
@@ -115,7 +115,8 @@ def assert_same(ours: Any, theirs: Any, path: str = "") -> None:
         for key in theirs:
             assert_same(ours[key], theirs[key], "%s/%s" % (path, key))
     elif isinstance(theirs, list):
-        assert isinstance(ours, list) and len(ours) == len(theirs), "%s: %r != %r" % (path, ours, theirs)
+        assert isinstance(ours, list) and len(ours) == len(theirs), \
+            "%s: %r != %r" % (path, ours, theirs)
         for i, (a, b) in enumerate(zip(ours, theirs)):
             assert_same(a, b, "%s[%d]" % (path, i))
     elif isinstance(theirs, float):

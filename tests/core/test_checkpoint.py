@@ -61,7 +61,8 @@ def test_graph_is_exactly_the_golden_checkpoints_tensors(name):
     assert load_checkpoint(str(path)).graph.tensors() == on_disk
     graph = graph_of(SHAPES[name])
     assert graph.tensors() == on_disk
-    assert list(graph.tensors())[0] == graph.embedding and list(graph.tensors())[-1] == "temperature"
+    order = list(graph.tensors())
+    assert order[0] == graph.embedding and order[-1] == "temperature"
     roles = {t.name: t.role for t in graph.entries()}
     gemms = {n for n, r in roles.items() if r is Role.GEMM}
     assert len(gemms) == 4 * (len(graph.layers) + len(graph.head)) + 1  # + the scorer's hidden

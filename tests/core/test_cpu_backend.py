@@ -57,7 +57,8 @@ def _requests(seed: int, n: int = 12):
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        state = rng.choice([STATE * rng.randint(1, 12), {"ticket": rng.randint(0, 99), "body": STATE},
+        state = rng.choice([STATE * rng.randint(1, 12),
+                            {"ticket": rng.randint(0, 99), "body": STATE},
                             ["hello", STATE * rng.randint(1, 5)], "", "x"])
         qs = dict(rng.sample(sorted(QUESTIONS.items()), rng.randint(1, 3)))
         out.append({"state": state, "questions": qs})
@@ -71,7 +72,8 @@ def test_compiled_matches_reference(pair):
         a, b = compiled.decide(req, cache=False), reference.decide(req, cache=False)
         for qid in req["questions"]:
             worst_logit = max(worst_logit, float(np.abs(a[qid].logits - b[qid].logits).max()))
-            worst_prob = max(worst_prob, float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
+            worst_prob = max(worst_prob,
+                             float(np.abs(a[qid].probabilities - b[qid].probabilities).max()))
             assert abs(a[qid].act_probability - b[qid].act_probability) <= FP32.probs.atol
     assert worst_logit <= FP32.logits.atol and worst_prob <= FP32.probs.atol, \
         (worst_logit, worst_prob)
@@ -227,8 +229,8 @@ def test_every_isa_path_matches_the_reference(isa, tmp_path):
         "warnings.simplefilter('ignore')\n"
         "import kime\n"
         "e = kime.Kime(sys.argv[1], device='cpu', threads=2)\n"
-        "print(json.dumps([e.device] + [{q: a.logits.tolist() for q, a in e.decide(r).answers.items()}"
-        " for r in json.loads(sys.argv[2])]))\n")
+        "print(json.dumps([e.device] + [{q: a.logits.tolist()"
+        " for q, a in e.decide(r).answers.items()} for r in json.loads(sys.argv[2])]))\n")
     env = dict(os.environ, KIME_ISA=isa, KIME_CACHE=str(tmp_path / "cache"))
     out = subprocess.run([sys.executable, "-c", script, str(path), json.dumps(reqs)], env=env,
                          capture_output=True, text=True, check=True).stdout
@@ -292,7 +294,8 @@ def test_int8_is_close_to_fp32_and_deterministic(tmp_path, monkeypatch):
             assert got[qid].logits.tobytes() == alone[qid].logits.tobytes()
     # The two precisions are cached side by side, each under its own key.
     names = sorted(p.name for p in Path(packed.cache_dir()).glob("*.kpack"))
-    assert len(names) == 2 and any("-int8-" in n for n in names) and any("-f32-" in n for n in names)
+    assert len(names) == 2
+    assert any("-int8-" in n for n in names) and any("-f32-" in n for n in names)
 
 
 def test_int8_is_refused_on_the_reference(tmp_path):

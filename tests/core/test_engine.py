@@ -63,12 +63,13 @@ def test_batch_invariance(engine):
     for _ in range(3):
         order = list(range(len(states)))
         rng.shuffle(order)
-        together = engine.decide_batch([{"state": states[i], "questions": QUESTIONS} for i in order],
-                                       cache=False)
+        together = engine.decide_batch(
+            [{"state": states[i], "questions": QUESTIONS} for i in order], cache=False)
         for i, response in zip(order, together):
             for qid in QUESTIONS:
-                np.testing.assert_array_equal(response.answers[qid].logits, alone[i].answers[qid].logits)
-                assert response.answers[qid].act_probability == alone[i].answers[qid].act_probability
+                got, want = response.answers[qid], alone[i].answers[qid]
+                np.testing.assert_array_equal(got.logits, want.logits)
+                assert got.act_probability == want.act_probability
 
 
 def test_predict_batch_equals_predict_each_with_and_without_batch_size(agent):
@@ -172,7 +173,8 @@ def test_cli_decide(tiny_path, tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["answers"]["urgency"]["type"] == "score"
     qfile.write_text(json.dumps({"urgency": {"type": "score"}}))
-    assert main(["decide", "--model", str(tiny_path), "--state", "x", "--questions", str(qfile)]) == 2
+    assert main(["decide", "--model", str(tiny_path), "--state", "x",
+                 "--questions", str(qfile)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "'instructions'" in err
     assert main(["decide", "--model", str(tmp_path / "nope"), "--state", "x", "--questions",

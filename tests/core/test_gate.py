@@ -130,7 +130,8 @@ def test_request_files(tmp_path):
                                                          "labels": ["a"]}]))
     with pytest.raises(kime.BadOption) as e:
         load_requests(str(bad))
-    assert "request 0" in str(e.value) and "request 2" in str(e.value) and "request 1" not in str(e.value)
+    message = str(e.value)
+    assert "request 0" in message and "request 2" in message and "request 1" not in message
     broken = tmp_path / "broken.jsonl"
     broken.write_text(json.dumps(reqs[0]) + "\n{not json\n")
     with pytest.raises(kime.BadOption, match="line 2"):

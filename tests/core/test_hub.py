@@ -57,7 +57,8 @@ def test_every_alias_names_a_model():
 
 
 def test_describe():
-    assert hub.describe("ml") == "subfolder 'multilingual' of Hugging Face repo convaiinnovations/laya"
+    assert hub.describe("ml") == ("subfolder 'multilingual' of Hugging Face repo "
+                                  "convaiinnovations/laya")
     assert hub.describe("en") == "root of Hugging Face repo convaiinnovations/laya"
     assert hub.describe("hf://org/repo/a/b") == "subfolder 'a/b' of Hugging Face repo org/repo"
 

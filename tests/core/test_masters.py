@@ -44,7 +44,7 @@ def test_many_engines_and_callers_share_few_masters(tiny_path):
             for k in range(6):
                 s = STATES[(i + k) % len(STATES)]
                 got.setdefault(s, []).append(engines[(i + k) % 2].predict(s, QUESTIONS))
-        except BaseException as e:  # noqa: BLE001 (reported by the main thread)
+        except BaseException as e:  # reported by the main thread
             errors.append(e)
 
     callers = [threading.Thread(target=call, args=(i,)) for i in range(4)]

@@ -33,7 +33,8 @@ def test_problems_across_questions_in_request_order(agent):
     questions = {
         "a": {"type": "score", "instructions": "x", "criteria": ["low", None]},
         "ok": CHOICE,
-        "b": {"type": "choice", "instructions": "x", "criteria": ["a", "b"], "option_order": [0, 0]},
+        "b": {"type": "choice", "instructions": "x", "criteria": ["a", "b"],
+              "option_order": [0, 0]},
         "c": {"type": "noul", "instructions": "x", "criteria": {"maybe": "?"}},
         "d": {"type": "choice", "instructions": "x", "criteria": [1, 1.0, ["n"], None]},
     }
@@ -101,7 +102,8 @@ def test_wire_request_lists_every_problem(engine):
 def test_decide_batch_locates_problems_by_request(engine):
     good = {"state": "fine", "questions": {"q": CHOICE}}
     bad1 = {"state": "x", "questions": {"q": {"type": "noul"}}}
-    bad2 = {"state": "y", "questions": {"r": {"type": "score", "instructions": "x", "criteria": []}}}
+    bad2 = {"state": "y",
+            "questions": {"r": {"type": "score", "instructions": "x", "criteria": []}}}
     with pytest.raises(kime.InvalidRequest) as info:
         engine.decide_batch([good, bad1, bad2])
     assert [p["loc"] for p in info.value.problems] == [[1, "questions", "q", "instructions"],

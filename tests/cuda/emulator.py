@@ -136,7 +136,8 @@ class FakeCupy:
 
     def _check(self, nbytes: int) -> None:
         if self.limit is not None and nbytes > self.limit:
-            raise OutOfMemoryError("emulated: %d bytes over the %d-byte limit" % (nbytes, self.limit))
+            raise OutOfMemoryError("emulated: %d bytes over the %d-byte limit"
+                                   % (nbytes, self.limit))
 
     def zeros(self, shape: Any, dtype: Any) -> DevArray:
         out = np.zeros(shape, dtype=dtype)

@@ -154,11 +154,13 @@ def test_gemm_slices_cover_every_row_once():
             self.calls.append(args)
 
     fake = FakeCupy()
-    x, w, y = fake.zeros((576, 8), np.float16), fake.zeros((4, 8), np.float16), fake.zeros((576, 4), np.float16)
+    x, w = fake.zeros((576, 8), np.float16), fake.zeros((4, 8), np.float16)
+    y = fake.zeros((576, 4), np.float16)
     rec = Recorder()
     GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=288)()
     assert rec.calls == [(x.data.ptr, w.data.ptr, y.data.ptr, 288, 4, 8),
-                         (x.data.ptr + 288 * 8 * 2, w.data.ptr, y.data.ptr + 288 * 4 * 2, 288, 4, 8)]
+                         (x.data.ptr + 288 * 8 * 2, w.data.ptr, y.data.ptr + 288 * 4 * 2,
+                          288, 4, 8)]
     rec.calls.clear()
     GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=None)()
     GemmCall(rec, x, w, y, 576, 4, 8, "w", chunk=500)()  # not a divisor: one whole GEMM

@@ -1,6 +1,7 @@
-"""Each kernel of kernels.cu against its float64 reference (tests/kernels/reference.py), in FP32 and FP16, on slot
-layouts with odd row lengths, one-token rows, windows wider than the row; slots a launch must not
-touch hold sentinels that are checked afterwards. Needs a GPU; skips saying why without one."""
+"""Each kernel of kernels.cu against its float64 reference (tests/kernels/reference.py), in FP32
+and FP16, on slot layouts with odd row lengths, one-token rows, windows wider than the row; slots
+a launch must not touch hold sentinels that are checked afterwards. Needs a GPU; skips saying why
+without one."""
 from __future__ import annotations
 
 import numpy as np
@@ -45,7 +46,8 @@ def _run(gpu, launch):
 
 
 def _close(kern, got, want):
-    np.testing.assert_allclose(got, want, rtol=0, atol=TOL[kern.precision] * max(1.0, np.abs(want).max()))
+    np.testing.assert_allclose(got, want, rtol=0,
+                               atol=TOL[kern.precision] * max(1.0, np.abs(want).max()))
 
 
 def _layout(lengths, seed=0):
@@ -88,9 +90,10 @@ def test_add_norm(gpu, kern, with_bias, with_norm):
     w, b = rng.normal(size=d), rng.normal(size=d)
     x = _dev(gpu, x0)
     h = _dev(gpu, np.full((n, d), SENTINEL), _act(kern))
-    _run(gpu, kern.add_norm(x, _dev(gpu, y, _act(kern)), None if ybias is None else _dev(gpu, ybias),
-                            _dev(gpu, w) if with_norm else None, _dev(gpu, b) if with_norm else None,
-                            1e-5, n, d, h))
+    _run(gpu, kern.add_norm(x, _dev(gpu, y, _act(kern)),
+                            None if ybias is None else _dev(gpu, ybias),
+                            _dev(gpu, w) if with_norm else None,
+                            _dev(gpu, b) if with_norm else None, 1e-5, n, d, h))
     s = ref.add(x0.astype(np.float32), y, ybias)
     _close(kern, _host(gpu, x), s)
     if with_norm:

@@ -104,7 +104,8 @@ def test_attention_strided_out_and_empty_rows(isa):
     qkv = random_qkv(lens, H, hd, seed=3)
     buffer = np.full((qkv.shape[0], H * hd + 7), np.nan, dtype=np.float32)
     out = _attention.attention(qkv, cu, H, hd, 4, out=buffer[:, 3:3 + H * hd])
-    np.testing.assert_allclose(out, reference.attention_rows(qkv, cu, H, hd, 4), **FP32.attention.kw)
+    np.testing.assert_allclose(out, reference.attention_rows(qkv, cu, H, hd, 4),
+                               **FP32.attention.kw)
     assert np.isnan(buffer[:, :3]).all() and np.isnan(buffer[:, 3 + H * hd:]).all()
 
 

@@ -70,8 +70,8 @@ def test_matches_float64_of_the_rounded_operands() -> None:
                                           bias=None if b is None else b[:n], epilogue=epilogue,
                                           out=out, threads=1 + (M == 333))
                         assert out is None or got is out
-                        want, tol_mag = reference.epilogue_and_magnitude(x[:, :n], mag[:, :n], epilogue,
-                                                 C0.astype(np.float64))
+                        want, tol_mag = reference.epilogue_and_magnitude(
+                            x[:, :n], mag[:, :n], epilogue, C0.astype(np.float64))
                         reference.check_gemm(got, want, tol_mag, max(K, 1),
                               f"{epilogue} bias={b is not None} M={M} K={K} N={n}")
 

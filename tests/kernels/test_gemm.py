@@ -55,8 +55,8 @@ def test_matches_float64(isa: int) -> None:
                                          epilogue=epilogue, out=out, threads=1 + (M == 333),
                                          isa=isa)
                         assert out is None or got is out
-                        want, tol_mag = reference.epilogue_and_magnitude(x[:, :n], mag[:, :n], epilogue,
-                                                 C0.astype(np.float64))
+                        want, tol_mag = reference.epilogue_and_magnitude(
+                            x[:, :n], mag[:, :n], epilogue, C0.astype(np.float64))
                         reference.check_gemm(got, want, tol_mag, K,
                               f"{epilogue} bias={b is not None} M={M} K={K} N={n}")
 

@@ -54,7 +54,8 @@ def test_every_partial_sum_tail():
         x = random_rows((3, d), seed=d, offset=100.0)
         weight = random_rows((d,), seed=1000 + d, scale=1.0)
         bias = random_rows((d,), seed=2000 + d, scale=1.0)
-        np.testing.assert_allclose(normed(x, weight, bias), reference.layer_norm(x, weight, bias, 1e-5),
+        np.testing.assert_allclose(normed(x, weight, bias),
+                                   reference.layer_norm(x, weight, bias, 1e-5),
                                    **FP32.layer_norm.kw, err_msg=f"d={d}")
 
 

@@ -38,8 +38,8 @@ def test_gelu_erf_is_torch_float32_formula():
     out = np.empty_like(x)
     _ops.gelu_erf(x, out)
     alpha = np.float32(math.sqrt(0.5))
-    expected = [np.float32(0.5) * v * (np.float32(1.0) + np.float32(math.erf(np.float32(v * alpha))))
-                for v in x[0]]
+    expected = [np.float32(0.5) * v
+                * (np.float32(1.0) + np.float32(math.erf(np.float32(v * alpha)))) for v in x[0]]
     np.testing.assert_array_max_ulp(out[0], np.array(expected, dtype=np.float32), maxulp=1)
 
 

@@ -149,7 +149,8 @@ def test_dequantized_close_to_fp32(impl: int) -> None:
                 got = _qgemm.gemm(A, packed, N, K).astype(np.float64)
                 _, sa = quantize(A)
                 _, sw = quantize(W)
-                deq = reference.int8_sums(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
+                deq = (reference.int8_sums(A, W) * sa[:, None].astype(np.float64)
+                       * sw.astype(np.float64))
                 assert np.allclose(got, deq, rtol=INT8.dequant.rtol,
                                    atol=INT8.dequant.atol * np.abs(deq).max())
                 exact = A.astype(np.float64) @ W.T.astype(np.float64)
@@ -179,7 +180,8 @@ def test_epilogues(impl: int, epilogue: str) -> None:
                 C0 = rng.standard_normal((M, N // 2 if geglu else N), dtype=np.float32)
                 _, sa = quantize(A)
                 _, sw = quantize(W)
-                deq = reference.int8_sums(A, W) * sa[:, None].astype(np.float64) * sw.astype(np.float64)
+                deq = (reference.int8_sums(A, W) * sa[:, None].astype(np.float64)
+                       * sw.astype(np.float64))
                 for b in (None, bias):
                     x = deq if b is None else deq + b
                     out = C0.copy() if epilogue == "accum" else None

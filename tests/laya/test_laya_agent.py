@@ -31,7 +31,7 @@ CKPT = {"tiny": CHECKPOINTS / "tiny", "multilingual-tiny": CHECKPOINTS / "multil
 
 def _decode(obj: Dict[str, Any]) -> Any:
     if set(obj) == {"__items__"}:
-        return {k: v for k, v in obj["__items__"]}
+        return dict(obj["__items__"])
     return obj
 
 
@@ -219,7 +219,7 @@ def test_warmup_and_context_manager():
             assert fresh.warmup([(2, 10_000, 4)]) >= 0.0
             assert fresh.predict("x", Q)["answers"]["angry"]["type"] == "noul"
             engine = fresh.engine
-    with pytest.raises(Exception):
+    with pytest.raises(kime.BackendError, match="closed"):
         engine.decide({"state": "x", "questions": Q})
 
 

@@ -42,8 +42,9 @@ def test_a_bad_map_lists_every_entry_naming_its_field():
     with pytest.raises(kime.InvalidRequest) as info:
         gate.check_min_confidence({"noul:2": 0.4, "bogus": 2.0, "choice:2": -1, "default": True})
     problems = info.value.problems
-    assert [p["loc"] for p in problems] == [["min_confidence", "bogus"], ["min_confidence", "bogus"],
-                                            ["min_confidence", "choice:2"], ["min_confidence", "default"]]
+    assert [p["loc"] for p in problems] == [
+        ["min_confidence", "bogus"], ["min_confidence", "bogus"], ["min_confidence", "choice:2"],
+        ["min_confidence", "default"]]
     assert problems[0]["msg"] == ("min_confidence map keys must be a bucket like 'choice:3-5' or "
                                   "'default', got 'bogus'")
     assert problems[3]["msg"] == "min_confidence must be a float in [0.0, 1.0], got True"
@@ -55,7 +56,8 @@ def test_min_confidence_problems_for_callers_that_merge():
     assert gate.min_confidence_problems(None) == []
     assert gate.min_confidence_problems(0.5) == []
     (p,) = gate.min_confidence_problems(7, loc=["requests", 0, "min_confidence"])
-    assert p["loc"] == ["requests", 0, "min_confidence"] and p["type"] == "value_error.min_confidence"
+    assert p["loc"] == ["requests", 0, "min_confidence"]
+    assert p["type"] == "value_error.min_confidence"
 
 
 def test_the_server_still_gets_jev_confidence():

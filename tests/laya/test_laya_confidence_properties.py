@@ -38,8 +38,8 @@ def answers(draw: Any) -> Dict[str, Any]:
 
 results = st.lists(st.dictionaries(st.text(max_size=3), answers(), max_size=5).map(
     lambda a: {"model": "laya-rl-agent", "answers": a}), max_size=3)
-bucket_maps = st.dictionaries(st.sampled_from(sorted(gate.bucket_keys()) + ["default"]), probability,
-                              min_size=1)
+bucket_maps = st.dictionaries(st.sampled_from(sorted(gate.bucket_keys()) + ["default"]),
+                              probability, min_size=1)
 thresholds = st.one_of(probability, bucket_maps)
 
 
@@ -59,7 +59,8 @@ def test_gate_reports_one_state_per_answer(res, mc):
     for a, old in zip(_all_answers(res), _all_answers(before)):
         conf = gate.answer_confidence_value(old)
         if conf is None and not isinstance(old.get("confidence"), bool) \
-                and isinstance(old.get("confidence"), (int, float)) and math.isfinite(old["confidence"]):
+                and isinstance(old.get("confidence"), (int, float)) \
+                and math.isfinite(old["confidence"]):
             conf = float(old["confidence"])
         thr = gate.resolve_min_confidence(old, mc) if isinstance(mc, dict) else mc
         assert a["abstention"] in gate.GATE_STATES
@@ -96,7 +97,8 @@ def test_a_stricter_threshold_never_passes_more(res, lo, hi):
         if a["abstention"] == "abstained":
             assert b["abstention"] == "abstained"
     gate.apply_confidence_gate(lax, 0.0)
-    assert all(a["abstention"] != "abstained" and "low_confidence" not in a for a in _all_answers(lax))
+    assert all(a["abstention"] != "abstained" and "low_confidence" not in a
+               for a in _all_answers(lax))
 
 
 @settings(max_examples=300, deadline=None)
@@ -115,7 +117,8 @@ def test_check_min_confidence_accepts_exactly_the_valid(value):
     if ok:
         checked = gate.check_min_confidence(value)
         assert checked == (value if isinstance(value, dict) else float(value))
-        assert all(type(v) is float for v in (checked.values() if isinstance(checked, dict) else [checked]))
+        values = checked.values() if isinstance(checked, dict) else [checked]
+        assert all(type(v) is float for v in values)
     else:
         with pytest.raises(ValueError) as info:
             gate.check_min_confidence(value)

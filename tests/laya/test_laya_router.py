@@ -128,12 +128,13 @@ def test_a_decision_is_a_dict_in_layas_key_order():
     assert isinstance(decision, RouteDecision) and isinstance(decision, dict)
     assert list(decision) == ["model", "repo", "reason", "detection", "workflow"]
     assert decision.model == "multilingual" and decision.reason.startswith("Latin script")
-    assert repr(decision) == "RouteDecision(model=%r, reason=%r)" % (decision.model, decision.reason)
+    assert repr(decision) == "RouteDecision(model=%r, reason=%r)" % (decision.model,
+                                                                     decision.reason)
 
 
 def test_precedence_model_task_workflow_lang_guess_detection_default():
-    workflow = {k: Q["angry"] for k in ("action", "category", "churn_risk", "needs_human",
-                                        "urgency")}
+    workflow = dict.fromkeys(("action", "category", "churn_risk", "needs_human", "urgency"),
+                             Q["angry"])
     router = Router(auto_task_detection=True, lang_guess=lambda state: "de")
     steps = [({"model": "english", "task": "typed-decisions", "lang": "de"}, "english"),
              ({"task": "typed-decisions", "lang": "en"}, "typed-decisions"),

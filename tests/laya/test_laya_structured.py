@@ -61,8 +61,10 @@ def test_every_bad_property_is_listed_by_name():
     with pytest.raises(SchemaError) as info:
         structured.questions_from_json_schema(schema)
     problems = info.value.problems
-    assert [p["loc"] for p in problems] == [["schema", "properties", name] for name in ("a", "b", "c")]
-    assert [p["msg"].split(":")[0] for p in problems] == ["properties.a", "properties.b", "properties.c"]
+    assert [p["loc"] for p in problems] == [["schema", "properties", name]
+                                            for name in ("a", "b", "c")]
+    assert [p["msg"].split(":")[0] for p in problems] == ["properties.a", "properties.b",
+                                                          "properties.c"]
     assert str(info.value).startswith("3 problems")
 
 
@@ -71,7 +73,8 @@ def test_a_bad_threshold_lists_the_schema_problems_too():
     with pytest.raises(kime.InvalidRequest) as info:
         structured.decide(runner, "s", {"properties": {"a": {"type": "string"}}}, min_confidence=2)
     assert not isinstance(info.value, SchemaError)  # Laya raises the threshold's ValueError
-    assert [p["loc"] for p in info.value.problems] == [["min_confidence"], ["schema", "properties", "a"]]
+    assert [p["loc"] for p in info.value.problems] == [["min_confidence"],
+                                                       ["schema", "properties", "a"]]
     assert runner.calls == []
 
 
@@ -86,7 +89,8 @@ class _Recorder:
         answers = {}
         for qid, q in questions.items():
             if q["type"] == "noul":
-                answers[qid] = {"type": "noul", "noul": 0.7, "confidence": 0.7, "answer_confidence": 0.7}
+                answers[qid] = {"type": "noul", "noul": 0.7, "confidence": 0.7,
+                                "answer_confidence": 0.7}
             else:
                 labels = (list(q["criteria"]) if q["type"] == "choice"
                           else [str(i) for i in range(len(q["criteria"]))])

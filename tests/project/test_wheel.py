@@ -37,7 +37,8 @@ QUESTIONS = {
 }
 
 
-def kime_cli(*argv: str, isa: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def kime_cli(*argv: str, isa: str | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess:
     """The `kime` console script the wheel installed, in a child process with KIME_ISA set (or
     unset), the way a user types it."""
     env = {k: v for k, v in os.environ.items() if k != "KIME_ISA"}
@@ -90,7 +91,8 @@ def test_installed_files_are_exactly_the_runtime():
 
 def test_no_compiler_on_path():
     """The point of the wheel: nothing here can build C, and kime still runs."""
-    names = {"cc", "gcc", "g++", "c++", "clang", (sysconfig.get_config_var("CC") or "cc").split()[0]}
+    names = {"cc", "gcc", "g++", "c++", "clang",
+             (sysconfig.get_config_var("CC") or "cc").split()[0]}
     for name in sorted(names):
         try:
             done = subprocess.run([name, "--version"], capture_output=True, timeout=30)
@@ -169,8 +171,8 @@ def _strings(value):
 
 
 def test_serve_with_or_without_the_extra():
-    loaded = subprocess.run([sys.executable, "-c", "import sys, kime, kime.laya; "
-                             "print(sorted({'fastapi', 'pydantic', 'uvicorn'} & set(sys.modules)))"],
+    loaded = subprocess.run([sys.executable, "-c", "import sys, kime, kime.laya; print(sorted("
+                             "{'fastapi', 'pydantic', 'uvicorn'} & set(sys.modules)))"],
                             capture_output=True, text=True, check=True)
     assert loaded.stdout == "[]\n", "import kime loads the HTTP stack: " + loaded.stdout
     if importlib.util.find_spec("fastapi") is None:

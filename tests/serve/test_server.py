@@ -204,7 +204,8 @@ def _expected(agent, state, questions=QUESTIONS, **kw):
 def test_systemone_equals_predict(server, agent):
     for state in ["I was charged twice, please refund one.", {"subject": "outage", "body": "down"},
                   [{"role": "user", "content": "the app crashes"}]]:
-        status, body, headers = server.post("/v1/systemone", {"state": state, "questions": QUESTIONS})
+        status, body, headers = server.post("/v1/systemone",
+                                            {"state": state, "questions": QUESTIONS})
         assert status == 200, body
         assert body == _expected(agent, state)
         assert headers["x-request-id"]
@@ -271,7 +272,8 @@ def test_limits_413(server):
     many = {"q%d" % i: QUESTIONS["refund"] for i in range(65)}
     assert post("/v1/systemone", {"state": "x", "questions": many})[:2] == (
         413, {"detail": "too many questions (65 > 64)"})
-    wide = {"c": {"type": "choice", "instructions": "?", "criteria": ["o%d" % i for i in range(101)]}}
+    wide = {"c": {"type": "choice", "instructions": "?",
+                  "criteria": ["o%d" % i for i in range(101)]}}
     assert post("/v1/systemone", {"state": "x", "questions": wide})[:2] == (
         413, {"detail": "too many choice options for 'c' (101 > 100)"})
     assert post("/v1/systemone/batch", {"states": ["x"] * 65, "questions": QUESTIONS})[:2] == (

@@ -286,8 +286,8 @@ def test_health_models_and_metrics_by_model(three):
     assert three.get("/v1/models", key=None)[0] == 401
     health = json.loads(three.get("/health")[1])
     assert sorted(health["loaded"]) == sorted(THREE) and health["device"] == "cpu"
-    assert health["revisions"] == {name: None for name in THREE}  # local directories
-    assert health["checkpoint_devices"] == {name: "cpu" for name in health["loaded"]}
+    assert health["revisions"] == dict.fromkeys(THREE)  # local directories: None
+    assert health["checkpoint_devices"] == dict.fromkeys(health["loaded"], "cpu")
     models = json.loads(three.get("/v1/models")[1])["data"]
     assert [(m["id"], m["source"], m["loaded"]) for m in models] == [
         (name, source, True) for name, source in THREE.items()]
@@ -403,7 +403,8 @@ def test_every_engine_takes_the_server_options():
         for agent in router.resident().values():
             assert agent.engine.scheduler.max_merge == 1
             backend = agent.engine.backend
-            assert (backend.precision.value, backend.threads, str(agent.device)) == ("int8", 1, "cpu")
+            assert (backend.precision.value, backend.threads,
+                    str(agent.device)) == ("int8", 1, "cpu")
     finally:
         router.unload()
 
