@@ -268,7 +268,7 @@ def _read_toml(path: str) -> Dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # Python 3.10: the serve extra brings tomli
-        import tomli as tomllib  # type: ignore[import-not-found]
+        import tomli as tomllib
 
     try:
         with open(path, "rb") as f:
