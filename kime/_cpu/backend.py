@@ -123,6 +123,7 @@ class CpuBackend:
     def __init__(self, ck: Checkpoint, threads: int,
                  precision: Union[Precision, str] = Precision.F32, preload: bool = False,
                  use_cache: bool = True):
+        # threadpoolctl ships no type information
         from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
         from . import _bgemm, _forward, _gemm, _qgemm

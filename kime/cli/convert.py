@@ -8,10 +8,11 @@ from ..errors import Unsupported
 
 
 def _size(n: int) -> str:
+    size = float(n)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return ("%d %s" % (n, unit)) if unit == "bytes" else ("%.1f %s" % (n, unit))
-        n /= 1024  # type: ignore[assignment]
+        if size < 1024 or unit == "GiB":
+            return ("%d %s" % (n, unit)) if unit == "bytes" else ("%.1f %s" % (size, unit))
+        size /= 1024
     return str(n)  # pragma: no cover
 
 

@@ -327,8 +327,8 @@ def router_batch(router: Routing, requests: Sequence[Dict[str, Any]], *, batch_s
             results[i] = ctx.results[0]
     if any(r is None for r in results):
         raise RuntimeError("internal error: batch execution did not produce every result")
-    if report is not None:
-        diagnostics["sort_by_length"] = report  # type: ignore[index]
+    if report is not None and diagnostics is not None:  # a report exists only for diagnostics
+        diagnostics["sort_by_length"] = report
     return results
 
 

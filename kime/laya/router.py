@@ -313,7 +313,7 @@ class Router(HookRegistry):
                              router=self)
         dispatch(active, "on_route", ctx, raise_errors=raise_errors, lock=self._hooks_lock,
                  timeout=timeout)
-        return ctx.decision  # type: ignore[return-value]
+        return ctx.decision  # type: ignore[return-value]  # as Laya: what on_route hooks left
 
     def route_batch(self, requests: Sequence[Dict[str, Any]],
                     hooks_timeout: Optional[float] = None, *, hooks: HookArg = None,

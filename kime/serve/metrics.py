@@ -48,7 +48,7 @@ class EngineCollector(Collector):
         metric: Metric
 
         def values(name: Optional[str]) -> List[str]:
-            return [name] if models else []  # type: ignore[list-item]
+            return [name] if models else []  # type: ignore[list-item]  # labelled: name is set
 
         for name, help_, read in (
                 ("kime_scheduler_runs_total",

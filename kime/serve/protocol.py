@@ -22,6 +22,7 @@ class HeaderDeadlineProtocol(H11Protocol):
 
     header_read_timeout: float = 10.0
 
+    # uvicorn's own override narrows asyncio.Protocol's BaseTransport the same way
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         self._header_timer: Optional[asyncio.TimerHandle] = None
         super().connection_made(transport)
