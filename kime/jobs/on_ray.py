@@ -34,7 +34,9 @@ try:
     import ray
     import ray.data
 except ImportError as e:  # pragma: no cover - the extra is missing
-    raise ImportError("kime.ray needs Ray Data: pip install 'kime[ray]' (%s)" % e) from e
+    # name= keeps what is missing readable to callers that skip an absent extra
+    raise ImportError("kime.ray needs Ray Data: pip install 'kime[ray]' (%s)" % e,
+                      name=e.name) from e
 
 from ..answers import Response
 from ..errors import KimeError
