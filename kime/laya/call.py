@@ -35,12 +35,12 @@ from ..calibration import Temperatures
 from ..errors import InvalidRequest, problem
 from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
-from .wire import AnswerConfidence
 from .confidence import MinConfidence, check_min_confidence
 from .driver import Blocking, Engine, Infer, Step, Together
 from .hooks import HookOwner, defaults_skipped
 from .routing import RouteDecision, refusal
 from .scope import HookScope, open_scope
+from .wire import AnswerConfidence
 
 Result = Dict[str, Any]
 
