@@ -37,7 +37,7 @@ from ..request import Request, check_states, questions_arg_problems, raise_if, v
 from . import wire
 from .confidence import MinConfidence, check_min_confidence
 from .driver import Blocking, Engine, Infer, Step, Together
-from .hooks import HookOwner, defaults_skipped
+from .hooks import HookArg, HookOwner, PredictContext, PredictHookArg, defaults_skipped
 from .routing import RouteDecision, refusal
 from .scope import HookScope, open_scope
 from .wire import AnswerConfidence
@@ -67,12 +67,13 @@ class Answering(HookOwner, Protocol):
 class Routing(HookOwner, Protocol):
     """What the pipeline needs from a `kime.Router`."""
 
-    def route(self, state: Any, questions: Any = None, model: Any = None, task: Any = None,
-              lang: Any = None, lang_guess: Any = None, hooks: Any = None,
+    def route(self, state: Any, questions: Any = None, model: Optional[str] = None,
+              task: Optional[str] = None, lang: Optional[str] = None, lang_guess: Any = None,
+              hooks: HookArg = None,
               hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None, *,
               explain: bool = False) -> RouteDecision: ...
     def route_batch(self, requests: Sequence[Dict[str, Any]],
-                    hooks_timeout: Optional[float] = None, *, hooks: Any = None,
+                    hooks_timeout: Optional[float] = None, *, hooks: HookArg = None,
                     hooks_raise: Optional[bool] = None,
                     explain: bool = False) -> List[RouteDecision]: ...
     def resolve(self, name: Any) -> str: ...
@@ -155,12 +156,14 @@ def said_language(lang: Any, decision: Any) -> Any:
 
 # --- 4-6. one agent -----------------------------------------------------------------------------
 
-def agent_call(agent: Answering, states: Any, questions: Any, *, batch_size: Any = None,
-               lang: Optional[str] = None, hooks: Any = None, on_predict_start: Any = None,
-               on_predict_end: Any = None, hooks_raise: Optional[bool] = None,
+def agent_call(agent: Answering, states: Any, questions: Any, *,
+               batch_size: Optional[int] = None, lang: Optional[str] = None,
+               hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+               on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
                hooks_timeout: Optional[float] = None, max_len: Optional[int] = None,
-               head_max_len: Optional[int] = None, min_confidence: Any = None,
-               sort_by_length: bool = False, skip_defaults: bool = False) -> Step[List[Result]]:
+               head_max_len: Optional[int] = None,
+               min_confidence: Optional[MinConfidence] = None, sort_by_length: bool = False,
+               skip_defaults: bool = False) -> Step[List[Result]]:
     """`Agent.predict_batch`: one context for the call; start hooks, checks, the engine per
     chunk, then the gate and end hooks. `sort_by_length` changes nothing: rows are never
     padded, so a row's answer does not depend on its batch."""
@@ -190,7 +193,7 @@ def agent_call(agent: Answering, states: Any, questions: Any, *, batch_size: Any
 
 
 def agent_requests(agent: Answering, requests: Sequence[Dict[str, Any]],
-                   min_confidence: Any = None) -> Step[List[Result]]:
+                   min_confidence: Optional[MinConfidence] = None) -> Step[List[Result]]:
     """Requests (`state`, `questions`, optional `lang`, `max_len`, `head_max_len`) for one
     agent: one `predict_batch` call per group sharing questions, budgets and language."""
     keys = [(signature(r["questions"]), r.get("max_len"), r.get("head_max_len"), r.get("lang"))
@@ -222,7 +225,7 @@ def call_object(method: Any, *args: Any, **kwargs: Any) -> Any:
 
 
 def _answer_group(agent: Any, states: List[Any], questions: Any, options: Dict[str, Any],
-                  batch_size: Any, single: bool) -> Step[List[Result]]:
+                  batch_size: Optional[int], single: bool) -> Step[List[Result]]:
     """One group's forward passes on a Router's agent: the agent's own call when it is a kime
     Agent, else its method (`system_one` for `Router.predict`, as Laya calls it)."""
     if _is_agent(agent):
@@ -244,12 +247,14 @@ def _lease(router: Routing, key: str) -> Blocking:
     return Blocking(lambda: router.acquire(key), undo=router.release)
 
 
-def router_one(router: Routing, state: Any, questions: Any, *, model: Any = None,
-               task: Any = None, lang: Any = None, lang_guess: Any = None, hooks: Any = None,
-               on_predict_start: Any = None, on_predict_end: Any = None,
+def router_one(router: Routing, state: Any, questions: Any, *, model: Optional[str] = None,
+               task: Optional[str] = None, lang: Optional[str] = None, lang_guess: Any = None,
+               hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+               on_predict_end: PredictHookArg = None,
                hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
                max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-               min_confidence: Any = None, long: Optional[Callable[[Any], Result]] = None,
+               min_confidence: Optional[MinConfidence] = None,
+               long: Optional[Callable[[PredictContext], Result]] = None,
                decision: Optional[RouteDecision] = None) -> Step[Result]:
     """`Router.predict` (and `predict_long`, with `long`: `long.LongScan`, what runs on the
     context in place of the agent's call): route, lease, start hooks, the agent's call,
@@ -297,10 +302,11 @@ def router_one(router: Routing, state: Any, questions: Any, *, model: Any = None
     return ctx.results[0]
 
 
-def router_batch(router: Routing, requests: Sequence[Dict[str, Any]], *, batch_size: Any = None,
-                 hooks_timeout: Optional[float] = None, min_confidence: Any = None,
-                 sort_by_length: bool = False, hooks: Any = None, on_predict_start: Any = None,
-                 on_predict_end: Any = None, hooks_raise: Optional[bool] = None,
+def router_batch(router: Routing, requests: Sequence[Dict[str, Any]], *,
+                 batch_size: Optional[int] = None, hooks_timeout: Optional[float] = None,
+                 min_confidence: Optional[MinConfidence] = None, sort_by_length: bool = False,
+                 hooks: HookArg = None, on_predict_start: PredictHookArg = None,
+                 on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
                  diagnostics: Optional[Dict[str, Any]] = None,
                  decisions: Optional[List[RouteDecision]] = None) -> Step[List[Result]]:
     """`Router.predict_batch`: route every request, then per checkpoint (in order of first
@@ -334,13 +340,13 @@ def router_batch(router: Routing, requests: Sequence[Dict[str, Any]], *, batch_s
 
 def _checkpoint(router: Routing, key: str, indices: List[int],
                 requests: Sequence[Dict[str, Any]], decisions: List[RouteDecision],
-                scope: HookScope, batch_size: Any, sort_by_length: bool,
-                report: Optional[Dict[str, Any]]) -> Step[List[Any]]:
+                scope: HookScope, batch_size: Optional[int], sort_by_length: bool,
+                report: Optional[Dict[str, Any]]) -> Step[List[PredictContext]]:
     """One checkpoint's requests: start hooks per request, one group call per (question set,
     budgets, language), end hooks last-started first. A failure fails every started request
     of the checkpoint with the same exception."""
     agent = yield _lease(router, key)
-    started: List[Any] = []
+    started: List[PredictContext] = []
     error: Optional[BaseException] = None
     try:
         for i in indices:
@@ -388,7 +394,8 @@ def _checkpoint(router: Routing, key: str, indices: List[int],
     return started
 
 
-def _count_group(report: Dict[str, Any], n: int, batch_size: Any, sort_by_length: bool) -> None:
+def _count_group(report: Dict[str, Any], n: int, batch_size: Optional[int],
+                 sort_by_length: bool) -> None:
     """`diagnostics["sort_by_length"]`: how many group calls ran, and their sizes."""
     report["groups"] += 1
     report["reordered"] += int(bool(sort_by_length and batch_size and 1 < batch_size < n))
