@@ -28,8 +28,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest
-from ..laya.confidence import with_jev_confidence
-from . import schema
+from . import schema, wire
 from .limits import MAX_BODY_BYTES
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import with_header_deadline
@@ -38,6 +37,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from ..engine import Kime
+    from ..laya.agent import Agent
     from ..laya.router import Router
 
 _log = logging.getLogger("kime.serve")
@@ -52,8 +52,9 @@ PATHS = ("/health", "/ready", "/v1/models", "/metrics", "/v1/systemone", "/v1/sy
 class Service:
     """An engine or a Router behind laya serve's routes: the app's state and its handlers."""
 
-    def __init__(self, model: Union[Kime, Router], settings: Settings):
-        self.served = served_for(model, settings)
+    def __init__(self, model: Union[Kime, Agent, Router], settings: Settings,
+                 name: Optional[str] = None):
+        self.served = served_for(model, settings, name)
         self.settings = settings
         self.metrics = Metrics(self.served.engines, self.served.registered)
         self.served.watch(self.metrics)
@@ -164,13 +165,13 @@ class Service:
         self.check_auth(request)
         self.admit()
         try:
-            body = self.served.check(await self.read_json(request), batch,
-                                     self.settings.max_token_budget)
+            body = self.served.check(await self.read_json(request), batch)
             results, ms = await self.infer(request, self.served.answer(body, batch))
         finally:
             self.in_flight -= 1
         self.metrics.answered(results)
-        content = _batch_response(results) if batch else with_jev_confidence(results[0])
+        strict = self.settings.jev_strict
+        content = wire.batch(results, strict) if batch else wire.one(results[0], strict)
         return JSONResponse(content=content,
                             headers={"Server-Timing": "inference;dur=%.2f" % ms,
                                      "X-Inference-Time-Ms": "%.2f" % ms})
@@ -204,13 +205,6 @@ class Service:
     def prometheus(self, request: Request) -> Response:
         self.check_auth(request)
         return Response(self.metrics.render(), media_type=CONTENT_TYPE)
-
-
-def _batch_response(results: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
-    return {"results": [with_jev_confidence(r) for r in results],
-            "total_usage": {
-                "input_tokens": sum(r.get("usage", {}).get("input_tokens", 0) for r in results),
-                "output_tokens": sum(r.get("usage", {}).get("output_tokens", 0) for r in results)}}
 
 
 async def _invalid(_request: Request, exc: Exception) -> JSONResponse:
@@ -264,10 +258,12 @@ class RequestObserver:
             self.metrics.observe(scope.get("method", ""), path, status, time.perf_counter() - t0)
 
 
-def create_app(model: Union[Kime, Router], settings: Optional[Settings] = None) -> Any:
-    """The ASGI app over a loaded `kime.Kime`, or over a `kime.laya.Router` (which routes every
-    request and answers with `routing`). The engines are closed when the app shuts down."""
-    service = Service(model, settings or Settings(model=getattr(model, "model_id", [])))
+def create_app(model: Union[Kime, Agent, Router], settings: Optional[Settings] = None,
+               name: Optional[str] = None) -> Any:
+    """The ASGI app over a loaded `kime.Kime` or `kime.laya.Agent` (served as `name`, else its
+    model id), or over a `kime.laya.Router` (which routes every request and answers with
+    `routing`). The engines are closed when the app shuts down."""
+    service = Service(model, settings or Settings(model=getattr(model, "model_id", [])), name)
     docs = service.open
     app = FastAPI(title="kime serve", lifespan=service.lifespan,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
@@ -286,23 +282,27 @@ def create_app(model: Union[Kime, Router], settings: Optional[Settings] = None) 
 
 
 def serve(settings: Settings) -> None:
-    """Load the model (one plain `--model SOURCE`), or build and preload a Router (anything
-    else), then run uvicorn until SIGINT/SIGTERM (requests in flight finish first, for up to
-    `graceful_shutdown` seconds)."""
+    """Load the model (one plain `--model SOURCE`, as `kime.load` loads it: a Hub checkpoint
+    missing from the cache is downloaded with huggingface_hub's progress bars, unless
+    HF_HUB_OFFLINE is set), or build and preload a Router (anything else, which loads the
+    same way), then run uvicorn until SIGINT/SIGTERM (requests in flight finish first, for up
+    to `graceful_shutdown` seconds)."""
     import uvicorn
 
-    from ..engine import Kime
+    from ..laya import load
     from .routing import build_router, single_source
 
     source = single_source(settings)
-    model: Union[Kime, Router]
+    model: Union[Agent, Router]
     if source is not None:
-        model = Kime(source, device=settings.device, precision=settings.precision,
-                     threads=settings.threads, max_merge=settings.max_merge,
-                     answer_cache=settings.answer_cache)
+        model = load(source, device=settings.device, precision=settings.precision,
+                     threads=settings.threads, answer_cache=settings.answer_cache)
+        if settings.max_merge:
+            model.engine.scheduler.max_merge = settings.max_merge
     else:
         model = build_router(settings)
-    config = uvicorn.Config(create_app(model, settings), host=settings.host, port=settings.port,
+    config = uvicorn.Config(create_app(model, settings, source), host=settings.host,
+                            port=settings.port,
                             root_path=settings.root_path,
                             log_level=settings.log_level,
                             http=with_header_deadline(settings.header_read_timeout),

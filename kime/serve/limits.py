@@ -17,12 +17,17 @@ from fastapi import HTTPException
 
 from .. import names
 from ..request import budget_problems, raise_if
+from .settings import MAX_CHOICE_OPTIONS
 
 MAX_QUESTIONS = 64
 MAX_STATE_CHARS = 50000
 MAX_BATCH_STATES = 64
 MAX_BODY_BYTES = 2 * 1024 * 1024
-MAX_CHOICE_OPTIONS = 100
+MAX_TOURNAMENT_CHOICE_OPTIONS = 255
+"""A choice's option cap with `tournament_group` on: Jev's, since the choice is read in groups."""
+ROW_TOKENS_ASSUMED = 512
+"""The row width a batch's token budget assumes when a request sets no `max_len` (laya serve's
+`_BATCH_ROW_TOKENS_ASSUMED`: the English checkpoint's)."""
 MAX_SCORE_LEVELS = 32
 MAX_TOTAL_OPTIONS = 512
 BODY_REFUSALS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
@@ -48,20 +53,12 @@ def refuse(status: int, detail: str) -> HTTPException:
     return HTTPException(status_code=status, detail=detail)
 
 
-def check_body(body: Any, batch: bool, served: str, max_token_budget: int) -> Body:
-    """Every laya serve check of a `/v1/systemone` (`batch=False`) or `/v1/systemone/batch`
-    body, in laya serve's order, so the first problem is the one it reports."""
-    states, questions = check_shape(body, batch)
-    check_controls(body, batch)
-    check_model(body.get("model"), served)
-    return budgets(body, batch, states, questions, max_token_budget)
-
-
-def check_shape(body: Any, batch: bool) -> Tuple[List[Any], Any]:
+def check_shape(body: Any, batch: bool, max_choice_options: int = MAX_CHOICE_OPTIONS
+                ) -> Tuple[List[Any], Any]:
     """The checks every body passes first, whatever the server runs: its shape, its sizes, the
     fields HTTP cannot carry, and strings UTF-8 cannot encode. Returns (states, questions)."""
     states, questions = _fields(body, batch)
-    check_sizes(states, questions)
+    check_sizes(states, questions, max_choice_options)
     check_refusals(body, batch)
     if _has_lone_surrogate(body):
         raise refuse(400, _LONE_SURROGATE_DETAIL)
@@ -91,22 +88,24 @@ def _fields(body: Any, batch: bool) -> Tuple[List[Any], Any]:
     return states, body["questions"]
 
 
-def check_sizes(states: List[Any], questions: Any) -> None:
+def check_sizes(states: List[Any], questions: Any,
+                max_choice_options: int = MAX_CHOICE_OPTIONS) -> None:
     """laya serve's `_check_request_limits` for each state: 400 for a missing state or
-    non-object questions, 413 for too many questions or options or too long a state."""
+    non-object questions, 413 for too many questions or options (`max_choice_options` in one
+    choice) or too long a state."""
     for i, state in enumerate(states):
         if state is None:
             # laya serve's answer to a body without a state: the body's shape, not the rule
             # that a state is not None (that one is `kime.request`'s, for Python callers).
             raise refuse(400, "'state' is required")
         if i == 0:
-            _check_question_sizes(questions)
+            _check_question_sizes(questions, max_choice_options)
         n = _state_length(state)
         if n > MAX_STATE_CHARS:
             raise refuse(413, "state too large (%d > %d chars)" % (n, MAX_STATE_CHARS))
 
 
-def _check_question_sizes(questions: Any) -> None:
+def _check_question_sizes(questions: Any, max_choice_options: int) -> None:
     if not isinstance(questions, dict):
         raise refuse(400, "'questions' must be an object")
     if len(questions) > MAX_QUESTIONS:
@@ -118,9 +117,9 @@ def _check_question_sizes(questions: Any) -> None:
         crit, qtype = question.get("criteria"), question.get("type")
         if qtype == "choice" and isinstance(crit, (dict, list)):
             total += len(crit)
-            if len(crit) > MAX_CHOICE_OPTIONS:
+            if len(crit) > max_choice_options:
                 raise refuse(413, "too many choice options for %r (%d > %d)"
-                             % (qid, len(crit), MAX_CHOICE_OPTIONS))
+                             % (qid, len(crit), max_choice_options))
         elif qtype == "score" and isinstance(crit, list):
             total += len(crit)
             if len(crit) > MAX_SCORE_LEVELS:
@@ -141,14 +140,17 @@ def _state_length(state: Any) -> int:
 
 
 def check_model(requested: Any, served: str) -> None:
-    """A request may name the model this server runs, or a name that pins nothing (a Jev id
-    such as "jev-1", which laya serve routes automatically). Naming another checkpoint -- one of
-    Laya's aliases or a path or Hub id -- is a 422: answering it with this model would be a
-    wrong answer, not a routing choice."""
-    if requested is None or not isinstance(requested, str) or not requested.strip():
+    """A request may name the model this server runs (or an alias of the same built-in), or a
+    name that pins nothing: a Jev id such as "jev-1", the bundle id `convaiinnovations/laya`,
+    or a value that is not a string, which laya serve all route automatically. Naming another
+    checkpoint -- one of Laya's aliases or a path or Hub id -- is a 422: answering it with this
+    model would be a wrong answer, not a routing choice."""
+    if not requested:
         return
-    text = requested.strip()
-    if text == served or text.lower() == served.lower():
+    text = str(requested).strip()
+    if not text or text.lower() == served.lower() or names.is_bundle_id(text):
+        return
+    if names.builtin(text) is not None and names.builtin(text) == names.builtin(served):
         return
     # A built-in or alias, or anything with a separator (a path, a repo id, an hf:// ref). A
     # leading `.` or `~` alone does not count here, unlike a routed body's `written_as_source`.
@@ -186,18 +188,6 @@ def _has_lone_surrogate(value: Any) -> bool:
     return False
 
 
-def check_controls(body: Dict[str, Any], batch: bool) -> None:
-    """laya's other body controls: validated as laya does; routing ones are moot with one model."""
-    check_languages(body)
-    if body.get("min_confidence") is not None:
-        raise refuse(422, "min_confidence is not supported by kime serve; filter on each "
-                     "answer's answer_confidence instead")
-    if body.get("model") is not None and not isinstance(body["model"], str):
-        raise refuse(422, "model must be a string, or omit model to let the router choose")
-    if batch:
-        check_batch_controls(body)
-
-
 def check_languages(body: Dict[str, Any]) -> None:
     """`lang` and `lang_guess`: a language code string, or null (laya serve's 422)."""
     for key in ("lang", "lang_guess"):
@@ -230,3 +220,18 @@ def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:
     if val > cap:
         raise refuse(422, "%s exceeds server limit (%d > %d)" % (key, val, cap))
     return val
+
+
+def chunk_size(n_states: int, n_questions: int, max_len: Any, max_batch_tokens: int
+               ) -> Optional[int]:
+    """laya serve's `_batch_chunk_size`: the states one forward pass of a batch may take so it
+    holds at most `max_batch_tokens` (a row is `max_len` wide, else `ROW_TOKENS_ASSUMED`), or
+    None when the whole batch fits. Never below one state: a batch is chunked, not refused."""
+    if n_states <= 0 or n_questions <= 0:
+        return None
+    width = (max_len if isinstance(max_len, int) and not isinstance(max_len, bool) and max_len > 0
+             else ROW_TOKENS_ASSUMED)
+    if n_states * n_questions * width <= max_batch_tokens:
+        return None
+    rows = max(1, max_batch_tokens // width)
+    return max(1, min(n_states, rows // n_questions))

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .. import names
 from ..laya.confidence import MinConfidence, check_min_confidence
-from .limits import Body, budgets, check_batch_controls, check_languages, check_shape, refuse
+from .limits import (MAX_CHOICE_OPTIONS, Body, budgets, check_batch_controls, check_languages,
+                     check_model, check_shape, refuse)
 from .settings import ConfigError, Settings
 
 if TYPE_CHECKING:
@@ -132,12 +133,29 @@ class Ask:
 
 
 def check_routed_body(raw: Any, batch: bool, resolve: Callable[[Any], str],
-                      max_token_budget: int) -> Ask:
-    """laya serve's checks of a body for a Router, in its order: shape and sizes, refusals,
-    unpaired surrogates, the model named, the token budgets, the language hints, the
-    confidence gate, then the batch controls. An unknown `task` is left to `Router.route`."""
-    states, questions = check_shape(raw, batch)
+                      max_token_budget: int, max_choice_options: int = MAX_CHOICE_OPTIONS
+                      ) -> Ask:
+    """laya serve's checks of a body for a Router, in its order: shape and sizes (at most
+    `max_choice_options` in a choice), refusals, unpaired surrogates, the model named, the
+    token budgets, the language hints, the confidence gate, then the batch controls. An
+    unknown `task` is left to `Router.route`."""
+    states, questions = check_shape(raw, batch, max_choice_options)
     model = resolve_model(raw.get("model"), resolve)
+    return _controls(raw, batch, states, questions, model, max_token_budget)
+
+
+def check_single_body(raw: Any, batch: bool, served: str, max_token_budget: int,
+                      max_choice_options: int = MAX_CHOICE_OPTIONS) -> Ask:
+    """The same checks for the one checkpoint `served`, in the same order: the `model` named
+    may be `served`, the bundle id or a name that pins nothing (`limits.check_model`); the
+    language hints and the confidence gate are taken as a Router takes them."""
+    states, questions = check_shape(raw, batch, max_choice_options)
+    check_model(raw.get("model"), served)
+    return _controls(raw, batch, states, questions, None, max_token_budget)
+
+
+def _controls(raw: Dict[str, Any], batch: bool, states: List[Any], questions: Any,
+              model: Optional[str], max_token_budget: int) -> Ask:
     body = budgets(raw, batch, states, questions, max_token_budget)
     check_languages(raw)
     min_confidence = None

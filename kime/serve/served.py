@@ -1,26 +1,33 @@
-"""What the server answers with: one engine (`One`), or a Router over several (`Routed`).
+"""What the server answers with: one checkpoint (`One`), or a Router over several (`Routed`).
 
 Both give the app's single pipeline the same few steps: check a body, answer it, and describe
-themselves to `/health`, `/ready`, `/v1/models` and `/metrics`. `One` is the single-model server
-as it has always been. `Routed` is laya serve's Router. Both answer through Laya's call pipeline
-(`kime.laya.call`): each state is routed, its checkpoint is leased for the call, and the rows go
-to that checkpoint's own engine and scheduler. A response carries `routing`. A client that hangs
-up drops its queued rows, as with one engine.
+themselves to `/health`, `/ready`, `/v1/models` and `/metrics`. `One` is the single-model server:
+one `Agent`, taking a body's controls as a Router does (`min_confidence`, `lang`, the bundle id).
+`Routed` is laya serve's Router: each state is routed, its checkpoint is leased for the call,
+and a response carries `routing`; a checkpoint that cannot be loaded is a 503 naming it. Both
+answer through Laya's call pipeline (`kime.laya.call`), the rows going to each checkpoint's own
+engine and scheduler; both narrow wide choices by elimination with `tournament_group`
+(`narrowing`) and chunk a batch to `max_batch_tokens` (`limits.chunk_size`). A client that hangs
+up drops its queued rows.
 """
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Union
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, Union,
+                    cast)
 
+from ..errors import InvalidRequest
 from ..laya import Agent
 from ..laya.call import Routing, router_batch, router_one
 from ..laya.driver import run_async
 from ..laya.routing import repo_str
-from .limits import Body, check_body
+from . import narrowing
+from .limits import MAX_TOURNAMENT_CHOICE_OPTIONS, chunk_size, refuse
 from .metrics import Lifecycle, Metrics
-from .routing import Ask, check_routed_body, route_all
-from .settings import Settings
+from .routing import Ask, check_routed_body, check_single_body, route_all
+from .settings import MAX_CHOICE_OPTIONS, Settings
 
 if TYPE_CHECKING:
     from ..engine import Kime
@@ -30,26 +37,71 @@ Engines = List[Tuple[Optional[str], "Kime"]]
 single-model server."""
 
 
+_log = logging.getLogger("kime.serve")
+
+
+class Shaping:
+    """What both servers take from the settings to shape an answer: the option cap and group
+    size of the tournament, and the token budget a batch's forward pass is chunked to."""
+
+    def __init__(self, settings: Settings):
+        self.group = settings.tournament_group
+        self.max_choice_options = (MAX_TOURNAMENT_CHOICE_OPTIONS if self.group
+                                   else MAX_CHOICE_OPTIONS)
+        self.max_token_budget = settings.max_token_budget
+        self.max_batch_tokens = settings.max_batch_tokens
+
+    def plan(self, ask: Ask) -> Optional[Dict[Any, List[Any]]]:
+        """The choices to narrow (`narrowing.plan`), None when off or none is wide."""
+        return narrowing.plan(ask.body.questions, self.group) if self.group else None
+
+    def batch_size(self, ask: Ask) -> Optional[int]:
+        """The caller's `batch_size`, never wider than `max_batch_tokens` allows."""
+        body = ask.body
+        n_questions = len(body.questions) if isinstance(body.questions, dict) else 0
+        planned = chunk_size(len(body.states), n_questions, body.max_len, self.max_batch_tokens)
+        if body.batch_size is None:
+            return planned
+        return body.batch_size if planned is None else min(body.batch_size, planned)
+
+
+def _controls(ask: Ask, *keys: str) -> Dict[str, Any]:
+    values = {"model": ask.model, "task": ask.task, "lang": ask.lang,
+              "lang_guess": ask.lang_guess, "max_len": ask.body.max_len,
+              "head_max_len": ask.body.head_max_len, "min_confidence": ask.min_confidence}
+    return {key: values[key] for key in keys if values[key] is not None}
+
+
 class One:
-    """One engine, the server `--model SOURCE` runs."""
+    """One checkpoint, the server `--model SOURCE` runs, answered by its `Agent`."""
 
     registered = None  # metrics carry no model label
 
-    def __init__(self, engine: Kime):
-        self.engine = engine
-        self.agent = Agent(engine)
+    def __init__(self, agent: Agent, settings: Settings, name: Optional[str] = None):
+        self.agent = agent
+        self.engine = agent.engine
+        self.name = name or agent.model_id
+        self.shaping = Shaping(settings)
 
-    def check(self, raw: Any, batch: bool, max_token_budget: int) -> Body:
-        return check_body(raw, batch, self.engine.model_id, max_token_budget)
+    def check(self, raw: Any, batch: bool) -> Ask:
+        return check_single_body(raw, batch, self.name, self.shaping.max_token_budget,
+                                 self.shaping.max_choice_options)
 
-    async def answer(self, body: Body, batch: bool) -> List[Dict[str, Any]]:
+    async def answer(self, ask: Ask, batch: bool) -> List[Dict[str, Any]]:
+        """`Agent.predict` for one state, `Agent.predict_batch` for a batch, with the body's
+        language, budgets and gate; each state narrowed by elimination when `plan` says so."""
+        controls = _controls(ask, "lang", "max_len", "head_max_len", "min_confidence")
+        large = self.shaping.plan(ask)
+        body = ask.body
+        if large is not None:
+            return list(await asyncio.gather(*(narrowing.answer(
+                self.agent.predict_async, state, body.questions, large, self.shaping.group,
+                **controls) for state in body.states)))
         if batch:
             return await self.agent.predict_batch_async(
-                body.states, body.questions, batch_size=body.batch_size, max_len=body.max_len,
-                head_max_len=body.head_max_len)
-        return [await self.agent.predict_async(body.states[0], body.questions,
-                                               max_len=body.max_len,
-                                               head_max_len=body.head_max_len)]
+                body.states, body.questions, batch_size=self.shaping.batch_size(ask),
+                **controls)
+        return [await self.agent.predict_async(body.states[0], body.questions, **controls)]
 
     def depth(self) -> int:
         return self.engine.scheduler.depth()
@@ -61,14 +113,19 @@ class One:
         """Nothing loads or unloads after startup."""
 
     def health(self) -> Dict[str, Any]:
-        return {"status": "ok", "model": self.engine.model_id, "device": self.engine.device,
-                "loaded": [self.engine.model_id]}
+        """laya serve's `/health` for the one checkpoint, and its name as `model`."""
+        device = self.agent.device.type
+        return {"status": "ok", "model": self.name, "loaded": [self.name],
+                "revisions": {self.name: self.agent.revision}, "device": device,
+                "device_is_preference": False, "checkpoint_devices": {self.name: device},
+                "cpu_fallbacks": {self.name: {"count": self.agent.cpu_fallback_count,
+                                              "last_reason": self.agent.last_fallback_reason}}}
 
     def ready(self) -> Dict[str, Any]:
-        return {"loaded": [self.engine.model_id], "device": self.engine.device}
+        return {"loaded": [self.name], "device": self.engine.device}
 
     def listing(self) -> List[Dict[str, Any]]:
-        return [{"id": self.engine.model_id, "object": "model", "owned_by": "kime",
+        return [{"id": self.name, "object": "model", "owned_by": "kime",
                  "device": self.engine.device, "max_row_tokens": self.engine.max_row_tokens}]
 
     async def idle_unloads(self) -> None:
@@ -76,6 +133,43 @@ class One:
 
     def close(self) -> None:
         self.engine.close()
+
+
+class Unavailable(Exception):
+    """A checkpoint a request was routed to could not be loaded."""
+
+    def __init__(self, key: str, cause: BaseException):
+        super().__init__(key)
+        self.key = key
+        self.cause = cause
+
+
+class Leasing:
+    """The Router as the call pipeline sees it, except that a checkpoint that fails to load
+    raises `Unavailable` naming it (the server's 503) instead of the loader's own error."""
+
+    def __init__(self, router: ServedRouter):
+        self._router = router
+
+    def acquire(self, key: str) -> Any:
+        try:
+            return self._router.acquire(key)
+        except InvalidRequest:
+            raise
+        except Exception as e:
+            raise Unavailable(key, e) from e
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._router, name)
+
+
+def unavailable(e: Unavailable) -> Exception:
+    """The 503 a request routed to a checkpoint that cannot be loaded gets; the cause goes to
+    the log only (it names paths and caches)."""
+    _log.error("checkpoint %r could not be loaded: %s: %s", e.key, type(e.cause).__name__,
+               e.cause)
+    return refuse(503, "checkpoint %r cannot be loaded on this server (%s); the server log has "
+                  "the cause" % (e.key, type(e.cause).__name__))
 
 
 class ServedRouter(Routing, Protocol):
@@ -99,41 +193,61 @@ class Routed:
 
     def __init__(self, router: ServedRouter, settings: Settings):
         self.router = router
+        self.leasing = cast(Routing, Leasing(router))
+        self.shaping = Shaping(settings)
         self.idle_unload_seconds = settings.idle_unload_seconds
         self._asked_device = settings.device
         self._preference: Optional[str] = None
         self._in_flight = 0
         self._last_request = time.monotonic()
 
-    def check(self, raw: Any, batch: bool, max_token_budget: int) -> Ask:
+    def check(self, raw: Any, batch: bool) -> Ask:
         self._last_request = time.monotonic()
-        return check_routed_body(raw, batch, self.router.resolve, max_token_budget)
+        return check_routed_body(raw, batch, self.router.resolve, self.shaping.max_token_budget,
+                                 self.shaping.max_choice_options)
 
     async def answer(self, ask: Ask, batch: bool) -> List[Dict[str, Any]]:
         """laya serve's answer: `Router.predict` for one state, `Router.predict_batch` for a
         batch, through the call pipeline on the event loop (the Router's hooks fire per
         request, as laya serve's do). The states are routed first, on a worker thread
-        (detection reads the text), so a control the Router refuses is laya serve's 422."""
-        loop = asyncio.get_running_loop()
+        (detection reads the text), so a control the Router refuses is laya serve's 422. A
+        request with a choice to narrow is answered per state, each round routed as a
+        `Router.predict` call is."""
         self._in_flight += 1
         try:
-            decisions = await loop.run_in_executor(None, route_all, self.router, ask)
-            body = ask.body
-            if not batch:
-                return [await run_async(router_one(
-                    self.router, body.states[0], body.questions, lang=ask.lang,
-                    max_len=body.max_len, head_max_len=body.head_max_len,
-                    min_confidence=ask.min_confidence, decision=decisions[0]))]
-            controls = {k: v for k, v in (("lang", ask.lang), ("max_len", body.max_len),
-                                          ("head_max_len", body.head_max_len)) if v is not None}
-            requests = [dict(state=state, questions=body.questions, **controls)
-                        for state in body.states]
-            return await run_async(router_batch(
-                self.router, requests, batch_size=body.batch_size,
-                min_confidence=ask.min_confidence, decisions=decisions))
+            return await self._answer(ask, batch)
+        except Unavailable as e:
+            raise unavailable(e) from None
         finally:
             self._in_flight -= 1
             self._last_request = time.monotonic()
+
+    async def _answer(self, ask: Ask, batch: bool) -> List[Dict[str, Any]]:
+        body = ask.body
+        large = self.shaping.plan(ask)
+        if large is not None:
+            controls = _controls(ask, "model", "task", "lang", "lang_guess", "max_len",
+                                 "head_max_len", "min_confidence")
+            return list(await asyncio.gather(*(narrowing.answer(
+                self._predict, state, body.questions, large, self.shaping.group, **controls)
+                for state in body.states)))
+        decisions = await asyncio.get_running_loop().run_in_executor(
+            None, route_all, self.router, ask)
+        if not batch:
+            return [await run_async(router_one(
+                self.leasing, body.states[0], body.questions, lang=ask.lang,
+                max_len=body.max_len, head_max_len=body.head_max_len,
+                min_confidence=ask.min_confidence, decision=decisions[0]))]
+        controls = _controls(ask, "lang", "max_len", "head_max_len")
+        requests = [dict(state=state, questions=body.questions, **controls)
+                    for state in body.states]
+        return await run_async(router_batch(
+            self.leasing, requests, batch_size=self.shaping.batch_size(ask),
+            min_confidence=ask.min_confidence, decisions=decisions))
+
+    async def _predict(self, state: Any, questions: Any, **controls: Any) -> Dict[str, Any]:
+        """One `Router.predict` call of a tournament: routed, then answered."""
+        return await run_async(router_one(self.leasing, state, questions, **controls))
 
     def resident(self) -> Dict[str, Agent]:
         """The loaded agents by name, least recently used first, without touching the LRU."""
@@ -234,7 +348,7 @@ class Served(Protocol):
 
     @property
     def registered(self) -> Optional[Callable[[], List[str]]]: ...
-    def check(self, raw: Any, batch: bool, max_token_budget: int) -> Any: ...
+    def check(self, raw: Any, batch: bool) -> Any: ...
     async def answer(self, checked: Any, batch: bool) -> List[Dict[str, Any]]: ...
     def depth(self) -> int: ...
     def engines(self) -> Engines: ...
@@ -246,11 +360,17 @@ class Served(Protocol):
     def close(self) -> None: ...
 
 
-def served_for(model: Union[Kime, ServedRouter], settings: Settings) -> Served:
-    """`One` for a `kime.Kime`, `Routed` for a Router."""
+def served_for(model: Union[Kime, Agent, ServedRouter], settings: Settings,
+               name: Optional[str] = None) -> Served:
+    """`One` for a `kime.Kime` or an `Agent` (served as `name`, else its model id), `Routed`
+    for a Router."""
     from ..engine import Kime
 
-    return One(model) if isinstance(model, Kime) else Routed(model, settings)
+    if isinstance(model, Kime):
+        return One(Agent(model), settings, name or model.model_id)
+    if isinstance(model, Agent):
+        return One(model, settings, name)
+    return Routed(model, settings)
 
 
-__all__ = ["One", "Routed", "model_of", "served_for"]
+__all__ = ["One", "Routed", "Unavailable", "model_of", "served_for"]

@@ -23,13 +23,19 @@ import math
 import os
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Annotated, Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from ..cache import ANSWER_CACHE
 
 KEY_ENV = ("KIME_API_KEY", "LAYA_API_KEY")
+LAYA_MAX_CONCURRENT = 16
+"""laya serve's admission cap, what a `LAYA_MAX_CONCURRENT` that is not a positive integer means."""
+MAX_BATCH_TOKENS = 131072
+"""laya serve's `DEFAULT_MAX_BATCH_TOKENS`: 256 rows of 512 tokens in one forward pass."""
+MAX_CHOICE_OPTIONS = 100
+"""laya serve's one-pass cap on a choice's options (`limits` refuses past it)."""
 """Each one, when set, adds one bearer key (laya serve reads LAYA_API_KEY)."""
 CONFIG_ENV = "KIME_CONFIG"
 _log = logging.getLogger("kime.serve")
@@ -50,6 +56,8 @@ class Source:
     flag: bool = True
     short: Optional[str] = None
     repeat: bool = False  # the flag may be given several times; each adds one value
+    # (variable, reading): a variable whose value means something else here, read first
+    readers: Tuple[Tuple[str, Callable[[str], Any]], ...] = ()
 
 
 def _no_bool(value: Any) -> Any:
@@ -97,6 +105,42 @@ def _laya_seconds(value: Any) -> float:
         _log.warning("invalid LAYA_IDLE_UNLOAD_SECONDS %r; idle unload disabled", value)
         return 0.0
     return seconds if seconds > 0 else 0.0
+
+
+def _laya_max_concurrent(raw: str) -> int:
+    # laya serve's `_resolve_max_concurrent`: not a positive integer -> its default, 16.
+    try:
+        n = int(raw)
+    except ValueError:
+        return LAYA_MAX_CONCURRENT
+    return n if n > 0 else LAYA_MAX_CONCURRENT
+
+
+def _laya_tournament_group(value: Any) -> int:
+    # laya serve's `_resolve_tournament_group`: an integer in [2, 100], anything else off (0),
+    # so every choice the raised cap admits is over the group and narrowed.
+    if value is None or isinstance(value, bool):
+        return 0
+    try:
+        n = int(str(value))
+    except ValueError:
+        return 0
+    return n if 2 <= n <= MAX_CHOICE_OPTIONS else 0
+
+
+def _laya_batch_tokens(value: Any) -> int:
+    # laya serve's `_resolve_max_batch_tokens`: not a positive integer -> its default, warned.
+    try:
+        n = int(str(value).strip()) if not isinstance(value, bool) else 0
+    except ValueError:
+        _log.warning("invalid LAYA_MAX_BATCH_TOKENS %r; falling back to %d", value,
+                     MAX_BATCH_TOKENS)
+        return MAX_BATCH_TOKENS
+    if n <= 0:
+        _log.warning("LAYA_MAX_BATCH_TOKENS must be positive (got %d); falling back to %d", n,
+                     MAX_BATCH_TOKENS)
+        return MAX_BATCH_TOKENS
+    return n
 
 
 def _comma_list(value: Any) -> Any:
@@ -162,8 +206,10 @@ class Settings(BaseModel):
                                      flag=False)] = Field(default_factory=list)
     max_queue: Annotated[Count, Source(
         "answer 503 + Retry-After when this many requests are in flight (being read, laid out, "
-        "queued or run); 0: no bound",
-        env=("KIME_MAX_QUEUE",))] = 256
+        "queued or run); 0: no bound. LAYA_MAX_CONCURRENT sets it when it is not set (laya "
+        "serve's reading: not a positive integer is 16)",
+        env=("KIME_MAX_QUEUE", "LAYA_MAX_CONCURRENT"),
+        readers=(("LAYA_MAX_CONCURRENT", _laya_max_concurrent),))] = 256
     max_merge: Annotated[Count, Source(
         "requests one forward run may merge; 0: every queued request that fits",
         env=("KIME_MAX_MERGE",))] = 0
@@ -176,6 +222,18 @@ class Settings(BaseModel):
     body_read_timeout: Annotated[Seconds, Source(
         "seconds a client gets to send its request body; 0: no limit",
         env=("KIME_BODY_READ_TIMEOUT", "LAYA_BODY_READ_TIMEOUT"))] = 10.0
+    max_batch_tokens: Annotated[int, BeforeValidator(_laya_batch_tokens), Source(
+        "tokens one forward pass of a batch request may hold (states x questions x max_len, 512 "
+        "when the request sets none); a larger batch is answered in chunks of states, never "
+        "refused", env=("KIME_MAX_BATCH_TOKENS", "LAYA_MAX_BATCH_TOKENS"))] = MAX_BATCH_TOKENS
+    tournament_group: Annotated[int, BeforeValidator(_laya_tournament_group), Source(
+        "answer a choice of more options than this (2-100) by elimination in groups of this "
+        "size, on both decision routes, and raise the option cap from 100 to 255; 0: off",
+        env=("KIME_TOURNAMENT_GROUP", "LAYA_TOURNAMENT_GROUP"))] = 0
+    jev_strict: Annotated[Switch, Source(
+        "1: answer the strict Jev contract: model, answers (each its type's fields only) and "
+        "usage's two token counts; no routing, action, answer_confidence or x_ fields",
+        env=("KIME_JEV_STRICT", "LAYA_JEV_STRICT"))] = False
     header_read_timeout: Annotated[Seconds, Source(
         "seconds a client gets to send its request line and headers (408 and closed after); "
         "0: no limit", env=("KIME_HEADER_READ_TIMEOUT",))] = 10.0
@@ -313,7 +371,9 @@ def load_settings(flags: Optional[Mapping[str, Any]] = None, config: Optional[st
         for var in source.env:
             raw = env.get(var, "").strip()
             if raw:
-                _assign(settings, name, raw, "environment variable %s" % var)
+                reading = dict(source.readers).get(var)
+                _assign(settings, name, raw if reading is None else reading(raw),
+                        "environment variable %s" % var)
                 break
     given = {k: v for k, v in (flags or {}).items() if v is not None}
     unknown = sorted(k for k in given if k not in declared)

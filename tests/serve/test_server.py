@@ -442,8 +442,10 @@ def test_both_post_routes_share_the_pipeline(app_client):
     assert body["problems"][0]["loc"] == ["max_len"]
     status, body = same({"model": "laya-multilingual"})
     assert status == 422 and "unknown model 'laya-multilingual'" in body["detail"]
-    status, body = same({"min_confidence": 0.5})
-    assert status == 422 and body["detail"].startswith("min_confidence is not supported")
+    assert same({"min_confidence": 2}) == (
+        422, {"detail": "min_confidence must be a float in [0.0, 1.0], got 2"})
+    assert same({"lang": 5}) == (
+        422, {"detail": 'lang must be a language code string such as "de", or null'})
     many = {"q%d" % i: QUESTIONS["refund"] for i in range(65)}
     assert same({"questions": many}) == (413, {"detail": "too many questions (65 > 64)"})
     status, body = same({"questions": {"a": {"type": "score", "instructions": "?",
