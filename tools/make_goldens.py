@@ -713,6 +713,8 @@ against the checkpoints just written."""
 AREAS += ("goldens_router.py",)  # issue 11: routing (lang.json, router.json)
 AREAS += ("goldens_serve.py",)  # issue 11: laya serve over a Router, `laya TEXT` (serve.json)
 AREAS += ("goldens_fit.py",)  # issue 13: laya.calibrate's fitters on fixed records (fit.json)
+AREAS += ("goldens_shortlist.py",)  # issue 23: shortlist and tournament (shortlist.json)
+AREAS += ("goldens_serve_env.py",)  # issue 23: laya serve's environment, whole (serve_env.json)
 
 
 def record_areas() -> List[str]:
