@@ -16,14 +16,16 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
+import numpy as np
+
 from . import hub
 from .answers import Response, Usage, make_answer
 from .backend import Backend, Device, Memory, Precision
 from .cache import ANSWER_CACHE
 from .calibration import Temperatures
 from .checkpoint import Checkpoint, load_checkpoint
-from .errors import InvalidArgument, problem, relocated
-from .executor import Executor, RowOutput
+from .errors import BadOption, InvalidArgument, problem, relocated
+from .executor import EMBED, Executor, RowOutput
 from .factory import Target, check_options, open_backend
 from .layout import Head, Job, Layouter, Row
 from .request import Questions, Request, validate
@@ -160,6 +162,38 @@ class Kime:
         outputs, _ = await asyncio.wrap_future(self._submit(jobs, cache))
         return self._responses(jobs, outputs, temperatures)
 
+    def embed(self, texts: Sequence[Optional[str]], max_length: int = 512,
+              cache: bool = True) -> np.ndarray:
+        """The encoder's embedding of each text, float32 [len(texts), hidden]: the mean over
+        the text's tokens of the encoder's last hidden state (after its final norm), as Laya's
+        `embed_fn_from_agent` computes it. The decision head does not run.
+
+        A text is tokenized as Laya's embedder does: None is "", anything else `str()`; [CLS]
+        and [SEP] around it, the text cut so the row holds at most `max_length` tokens (a
+        `max_length` below 2 cuts nothing, as transformers does). Rows run unpadded, in shared
+        batches with every other caller's, so a row's vector does not depend on what else is
+        in its batch. `cache` keeps vectors in the answer cache, as `decide` does rows."""
+        length = _check_max_length(max_length)
+        if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
+            raise InvalidArgument([problem(["texts"], "texts must be a list of strings, got %s"
+                                           % type(texts).__name__, "type_error.list", texts)])
+        strings = ["" if t is None else str(t) for t in texts]
+        if not strings:
+            return np.zeros((0, self.checkpoint.graph.hidden), dtype=np.float32)
+        tok = self.layouter.tok
+        keep = length - 2 if length >= 2 else None
+        rows = [Row(ids=[tok.cls_id] + ids[:keep] + [tok.sep_id], markers=[], state_tokens=0,
+                     state_tokens_used=0) for ids in tok.encode_many(strings)]
+        limit = self.checkpoint.graph.max_positions
+        long = [i for i, r in enumerate(rows) if len(r.ids) > limit]
+        if long:
+            raise InvalidArgument([problem(["texts", i], "text %d is %d tokens, more than the "
+                                           "model's %d positions; lower max_length"
+                                           % (i, len(rows[i].ids), limit), "value_error.length",
+                                           strings[i]) for i in long[:8]])
+        outputs = self.scheduler.submit(rows, [EMBED] * len(rows), cache).result()[0]
+        return np.stack([out.act for out in outputs])
+
     def run_rows(self, rows: Sequence[Row], qtypes: Sequence[int],
                  cache: bool = True) -> List[RowOutput]:
         """Raw outputs for rows already laid out (e.g. the windows of a long state), through the
@@ -256,6 +290,12 @@ class Kime:
             if collapsed:
                 usage.options[q.id] = collapsed
         return Response(answers=answers, usage=usage)
+
+
+def _check_max_length(max_length: object) -> int:
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1:
+        raise BadOption("max_length must be a positive integer, got %r" % (max_length,))
+    return max_length
 
 
 def _timing(jobs: Sequence[Job], tokenize: float, device: float, batches: int) -> Timing:

@@ -7,6 +7,12 @@ knows nothing of questions or Laya: a row is token ids, marker positions and a q
 
 Every row gets exactly one output or the call raises `BackendError`: an output can never shift
 onto another row.
+
+A row of question type `EMBED` asks for its embedding instead of a decision: such rows are
+packed into embedding batches of their own (the encoder alone, in the same plans and under the
+same token budget) and answered with the mean of their last hidden state. They merge with
+decision rows in one call (the scheduler's shared runs) but never share a backend batch with them,
+so a decision row's bits do not depend on them.
 """
 from __future__ import annotations
 
@@ -24,8 +30,16 @@ from .layout import Row
 from .split import split
 
 
+EMBED = -1
+"""The question type of a row that asks for its embedding (its markers are ignored)."""
+
+_NO_LOGITS = np.zeros(0, dtype=np.float32)
+_NO_LOGITS.flags.writeable = False
+
+
 class RowOutput(NamedTuple):
-    """One row's raw outputs: the option logits at its markers, and the act probabilities."""
+    """One row's raw outputs: the option logits at its markers, and the act probabilities. An
+    `EMBED` row has no logits, and `act` holds its pooled hidden state [d]."""
 
     logits: np.ndarray  # float32 [markers of the row]
     act: np.ndarray  # float32 [n_act]
@@ -60,6 +74,10 @@ class Executor:
                     todo.append(i)
                 else:
                     results[i] = RowOutput(hit.logits.copy(), hit.act.copy())
+        embeds: List[int] = []
+        if EMBED in qtypes:
+            embeds = [i for i in todo if qtypes[i] == EMBED]
+            todo = [i for i in todo if qtypes[i] != EMBED]
         batches = split([len(rows[i].ids) for i in todo], self.max_batch_tokens)
         for part in batches:
             index = [todo[j] for j in part]
@@ -71,12 +89,21 @@ class Executor:
                 results[i] = out
                 if keys:
                     self.cache.put(keys[i], RowOutput(_frozen(out.logits), _frozen(out.act)))
+        pooling = split([len(rows[i].ids) for i in embeds], self.max_batch_tokens)
+        for part in pooling:
+            index = [embeds[j] for j in part]
+            pooled = self._embed(Batch.pack_embed([rows[i].ids for i in index]))
+            for r, i in enumerate(index):
+                out = RowOutput(_NO_LOGITS, pooled[r])
+                results[i] = out
+                if keys:
+                    self.cache.put(keys[i], RowOutput(_NO_LOGITS, _frozen(out.act)))
         answered = [r for r in results if r is not None]
         if len(answered) < len(results):
             missing = [i for i, r in enumerate(results) if r is None]
             raise BackendError("rows %s were left unanswered by %s" % (missing[:8],
                                                                        self.backend.describe()))
-        return answered, len(batches)
+        return answered, len(batches) + len(pooling)
 
     def _run(self, batch: Batch) -> Tuple[np.ndarray, np.ndarray]:
         """One batch under the lock; copies, because the next run overwrites the buffers."""
@@ -91,6 +118,19 @@ class Executor:
                                "and %d rows" % (self.backend.describe(), logits.shape[0],
                                                 act.shape[0], markers, batch.rows))
         return logits, act
+
+    def _embed(self, batch: Batch) -> np.ndarray:
+        """One embedding batch under the lock: each row's pooled hidden state, copied."""
+        with self._lock:
+            if self._closed:
+                raise BackendError("the model was closed; load it again to run it")
+            pooled = self.backend.run(batch).pooled
+            pooled = None if pooled is None else pooled.copy()
+        if pooled is None or pooled.ndim != 2 or pooled.shape[0] != batch.rows:
+            raise BackendError("%s returned %s pooled rows for an embedding batch of %d rows"
+                               % (self.backend.describe(),
+                                  "no" if pooled is None else pooled.shape[0], batch.rows))
+        return pooled
 
     def memory(self) -> Memory:
         return self.backend.memory()
@@ -110,7 +150,7 @@ def row_key(row: Row, qtype: int) -> bytes:
     h.update(np.asarray(row.ids, dtype=np.int32).tobytes())
     h.update(b"|")
     h.update(np.asarray(row.markers, dtype=np.int32).tobytes())
-    h.update(bytes([qtype]))
+    h.update(bytes([qtype & 0xFF]))  # EMBED (-1) hashes as 255, a type no question has
     return h.digest()
 
 

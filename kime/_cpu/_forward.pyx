@@ -5,7 +5,9 @@
 `Arena` owns the activation buffers of one bucket, allocated once; `Model.run` hands both and
 the batch buffers to `kime_forward` (csrc/forward.c). Python touches a forward pass once.
 
-`layer_norm`, `act_features` and `act_head` are test entries only: thin wrappers that check
+`Model.embed` runs the encoder alone and mean-pools each row (`kime_embed`): an embedding
+batch, which reuses the same arena. `layer_norm`, `mean_pool`, `act_features` and `act_head` are
+test entries only: thin wrappers that check
 shapes, drop the GIL and call the very C functions the forward pass runs, so each piece has a
 kernel test of its own against a float64 reference (tests/kernels/).
 """
@@ -96,6 +98,10 @@ cdef extern from "forward.h":
     int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
                      const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
                      const int32_t *qtype, float *logits, float *act, int nthreads) nogil
+    int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids,
+                   const int32_t *cu, int rows, float *pooled, int nthreads) nogil
+    void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out,
+                        int nthreads) nogil
     void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
                          float eps, int nthreads) nogil
     void kime_act_features(const float *logits, int k, float *out) nogil
@@ -234,10 +240,29 @@ cdef class Model:
         with nogil:
             rc = kime_forward(&self.m, &arena.a, &ids[0], &cu[0], rows, &markers[0], &mcu[0],
                               &qtype[0], &logits[0], &act[0, 0], self.threads)
-        if rc != 0:
-            raise ValueError({-1: "the batch does not fit the plan's arena",
-                              -2: "a token id is outside the vocabulary",
-                              -3: "a row is longer than the model's positions"}[rc])
+        _check_rc(rc)
+
+    def embed(self, Arena arena, int32_t[::1] ids, int32_t[::1] cu, int rows,
+              float[:, ::1] pooled):
+        """Run the encoder alone over the first `rows` rows and write each row's mean-pooled
+        last hidden state into `pooled[:rows]` (in place); the decision head does not run."""
+        cdef int rc
+        if rows < 1 or cu.shape[0] < rows + 1:
+            raise ValueError("batch buffers are smaller than %d rows" % rows)
+        if cu[rows] > ids.shape[0] or pooled.shape[0] < rows or pooled.shape[1] != self.d:
+            raise ValueError("batch buffers do not hold the batch")
+        with nogil:
+            rc = kime_embed(&self.m, &arena.a, &ids[0], &cu[0], rows, &pooled[0, 0],
+                            self.threads)
+        _check_rc(rc)
+
+
+cdef int _check_rc(int rc) except -1:
+    if rc != 0:
+        raise ValueError({-1: "the batch does not fit the plan's arena",
+                          -2: "a token id is outside the vocabulary",
+                          -3: "a row is longer than the model's positions"}[rc])
+    return 0
 
 
 cdef class Arena:
@@ -337,6 +362,23 @@ cdef int _check_offsets(const int32_t[::1] offsets, Py_ssize_t total, str name) 
         if offsets[i + 1] < offsets[i]:
             raise ValueError(f"{name} must not decrease")
     return 0
+
+
+def mean_pool(const float[:, ::1] x, const int32_t[::1] cu, float[:, ::1] out,
+              int threads=1) -> None:
+    """Test entry: out[r] = the mean of x[cu[r]:cu[r + 1]] as forward.c's kime_mean_pool
+    computes it for an embedding (an empty row gives zeros)."""
+    _check_threads(threads)
+    cdef int rows = cu.shape[0] - 1, d = x.shape[1]
+    _check_offsets(cu, x.shape[0], "cu")
+    if d < 1 or out.shape[0] != rows or out.shape[1] != d:
+        raise ValueError(f"mean_pool: out has shape ({out.shape[0]}, {out.shape[1]}), "
+                         f"expected ({rows}, {d})")
+    if rows == 0:
+        return
+    cdef const float *base = &x[0, 0] if x.shape[0] else NULL
+    with nogil:
+        kime_mean_pool(base, &cu[0], rows, d, &out[0, 0], threads)
 
 
 def act_features(const float[::1] logits, const int32_t[::1] mcu, float[:, ::1] out) -> None:

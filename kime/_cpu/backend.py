@@ -78,7 +78,8 @@ def _closed(what: str) -> BackendError:
 
 
 class Plan:
-    """One bucket: the arena and the batch and output buffers, allocated once."""
+    """One bucket: the arena and the batch and output buffers, allocated once. An embedding
+    batch runs in the same arena; its pooled buffer is allocated on the bucket's first one."""
 
     def __init__(self, model: Any, spec: CpuSpec, isa: int, threads: int, tokens: int):
         from . import _forward
@@ -93,14 +94,19 @@ class Plan:
         self.qtype = np.zeros(tokens, dtype=np.int32)
         self.logits = np.zeros(tokens, dtype=np.float32)
         self.act = np.zeros((tokens, spec.n_act), dtype=np.float32)
+        self.d = spec.d
+        self.pooled: Optional[np.ndarray] = None  # [tokens, d], on the first embedding batch
 
     @property
     def nbytes(self) -> int:
-        return int(self.arena.nbytes) + sum(a.nbytes for a in (
+        pooled = 0 if self.pooled is None else self.pooled.nbytes
+        return int(self.arena.nbytes) + pooled + sum(a.nbytes for a in (
             self.ids, self.cu, self.markers, self.mcu, self.qtype, self.logits, self.act))
 
     def run(self, batch: Batch) -> Outputs:
         """Copy the batch in, run, and return views of the outputs (valid until the next run)."""
+        if batch.embed:
+            return self.embed(batch)
         n, rows, k = batch.tokens, batch.rows, int(batch.mcu[-1])
         self.ids[:n] = batch.ids
         self.cu[:rows + 1] = batch.cu
@@ -110,6 +116,16 @@ class Plan:
         self.model.run(self.arena, self.ids, self.cu, rows, self.markers, self.mcu, self.qtype,
                        self.logits, self.act)
         return Outputs(logits=self.logits[:k], act=self.act[:rows])
+
+    def embed(self, batch: Batch) -> Outputs:
+        """The encoder alone over an embedding batch: each row's pooled hidden state."""
+        n, rows = batch.tokens, batch.rows
+        if self.pooled is None:
+            self.pooled = np.zeros((self.tokens, self.d), dtype=np.float32)
+        self.ids[:n] = batch.ids
+        self.cu[:rows + 1] = batch.cu
+        self.model.embed(self.arena, self.ids, self.cu, rows, self.pooled)
+        return Outputs(logits=self.logits[:0], act=self.act[:0], pooled=self.pooled[:rows])
 
 
 class CpuBackend:

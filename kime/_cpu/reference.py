@@ -158,7 +158,20 @@ class ReferenceModel:
         logits = self.score(x, markers).astype(F32)
         return logits, self.act(x, logits).astype(F32)
 
+    def embed(self, ids: np.ndarray) -> np.ndarray:
+        """One row's embedding: the mean over its tokens of the encoder's last hidden state
+        (after the final norm), summed in float64 as the compiled pooling does."""
+        if len(ids) == 0:
+            return np.zeros(self.graph.hidden, dtype=F32)
+        return self.encode(ids).astype(np.float64).mean(axis=0).astype(F32)
+
     def run(self, batch: Batch) -> Outputs:
+        if batch.embed:
+            pooled = np.empty((batch.rows, self.graph.hidden), dtype=F32)
+            for r in range(batch.rows):
+                pooled[r] = self.embed(batch.ids[batch.cu[r]:batch.cu[r + 1]])
+            return Outputs(logits=np.empty(0, dtype=F32), act=np.empty((0, self.n_act), F32),
+                           pooled=pooled)
         logits = np.empty(int(batch.mcu[-1]), dtype=F32)
         act = np.empty((batch.rows, self.n_act), dtype=F32)
         for r in range(batch.rows):

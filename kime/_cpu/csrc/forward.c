@@ -281,19 +281,70 @@ void kime_act_head(int isa, const float *x, const int32_t *cu, int rows, int d,
     }
 }
 
-int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
-                 int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
-                 float *logits, float *act, int nthreads) {
-    int d = m->d, n = cu[rows], n_markers = mcu[rows];
-    if (n > a->max_tokens || rows > a->max_rows || n_markers > a->max_markers) return -1;
+/* The guards every entry shares: 0, or kime_forward's negative codes. */
+static int check_batch(const kime_model *m, const kime_arena *a, const int32_t *ids,
+                       const int32_t *cu, int rows) {
+    int n = cu[rows];
+    if (n > a->max_tokens || rows > a->max_rows) return -1;
     for (int t = 0; t < n; t++)
         if (ids[t] < 0 || ids[t] >= m->vocab) return -2;
     for (int r = 0; r < rows; r++)
         if (cu[r + 1] - cu[r] > m->max_pos) return -3;
+    return 0;
+}
 
+/* The ModernBERT encoder through its final norm: a->x holds the last hidden state. Decisions and
+ * embeddings run this same code, so both see the same bits of it. */
+static void encode(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
+                   int rows, int nthreads) {
+    int n = cu[rows];
     embed(m, ids, n, a->x, a->h, nthreads);
     for (int i = 0; i < m->layers; i++) encoder_layer(m, a, &m->enc[i], cu, rows, n, nthreads);
-    kime_layer_norm(a->x, a->x, n, d, m->final_norm_w, m->final_norm_b, m->norm_eps, nthreads);
+    kime_layer_norm(a->x, a->x, n, m->d, m->final_norm_w, m->final_norm_b, m->norm_eps, nthreads);
+}
+
+#define POOL_COLS 64
+void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out,
+                    int nthreads) {
+    const int chunks = (d + POOL_COLS - 1) / POOL_COLS;
+    const long jobs = (long)rows * chunks;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads)
+#endif
+    for (long job = 0; job < jobs; job++) {
+        const int r = (int)(job / chunks), c0 = (int)(job % chunks) * POOL_COLS;
+        const int width = d - c0 < POOL_COLS ? d - c0 : POOL_COLS;
+        double acc[POOL_COLS];
+        for (int i = 0; i < width; i++) acc[i] = 0.0;
+        for (int t = cu[r]; t < cu[r + 1]; t++) {
+            const float *row = x + (size_t)t * d + c0;
+            for (int i = 0; i < width; i++) acc[i] += row[i];
+        }
+        const int len = cu[r + 1] - cu[r];
+        const double count = len > 0 ? (double)len : 1.0; /* Laya clamps the count at 1 */
+        float *dst = out + (size_t)r * d + c0;
+        for (int i = 0; i < width; i++) dst[i] = (float)(acc[i] / count);
+    }
+    (void)nthreads;
+}
+
+int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
+               int rows, float *pooled, int nthreads) {
+    int rc = check_batch(m, a, ids, cu, rows);
+    if (rc != 0) return rc;
+    encode(m, a, ids, cu, rows, nthreads);
+    kime_mean_pool(a->x, cu, rows, m->d, pooled, nthreads);
+    return 0;
+}
+
+int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
+                 int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
+                 float *logits, float *act, int nthreads) {
+    int d = m->d, n = cu[rows], n_markers = mcu[rows];
+    if (n_markers > a->max_markers) return -1;
+    int rc = check_batch(m, a, ids, cu, rows);
+    if (rc != 0) return rc;
+    encode(m, a, ids, cu, rows, nthreads);
 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)

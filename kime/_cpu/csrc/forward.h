@@ -61,6 +61,15 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, c
                  int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
                  float *logits, float *act, int nthreads);
 
+/* The encoder alone (no decision head) and each row's mean over its tokens of the last hidden
+ * state (after the final norm): pooled [rows, d]. The same guards and codes as kime_forward. */
+int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
+               int rows, float *pooled, int nthreads);
+
+/* out[r] = the mean of x's rows cu[r]..cu[r+1] (the zero vector for an empty row), summed in
+ * double in token order: the same bits at any thread count and in any batch. */
+void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out, int nthreads);
+
 /* The per-token pieces of kime_forward, exported so each has a kernel test of its own
  * (_forward.pyx's test wrappers); the forward pass calls exactly these. */
 
