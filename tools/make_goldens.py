@@ -715,6 +715,7 @@ AREAS += ("goldens_serve.py",)  # issue 11: laya serve over a Router, `laya TEXT
 AREAS += ("goldens_fit.py",)  # issue 13: laya.calibrate's fitters on fixed records (fit.json)
 AREAS += ("goldens_shortlist.py",)  # issue 23: shortlist and tournament (shortlist.json)
 AREAS += ("goldens_serve_env.py",)  # issue 23: laya serve's environment, whole (serve_env.json)
+AREAS += ("goldens_embed.py",)  # issue 23: embed_fn_from_agent, cached_embed_fn (embed.json)
 
 
 def record_areas() -> List[str]:
