@@ -4,8 +4,10 @@ Two surfaces over one engine: `kime.Kime` (the engine API: `decide`, `decide_bat
 `decide_async`, ...) and `kime.load` (Laya's API: `predict`, `system_one`, `predict_batch`,
 `predict_long`, `decide`, hooks, calibration; `kime.Router` over several checkpoints), which
 also exports what `laya` exports at its top level for these, so `import kime as laya` runs Laya
-code. Nothing compiled is imported until a model is loaded; Laya's helpers, structured decisions
-and submodules load on first use.
+code. Nothing compiled is imported until a model is loaded; Laya's helpers (calibration fitters,
+shortlist and tournament, `OptionStabilityHook`, presets, email cleaning), structured decisions
+and Laya's submodule paths (`kime.presets`, `kime.email`, `kime.router`, `kime.hooks`,
+`kime.confidence`, `kime.structured`, `kime.lang`) load on first use.
 """
 from .answers import Answer, Response, Usage
 from .backend import Device, Memory, Precision
@@ -39,19 +41,65 @@ _LAZY = {
     "detect_language": ("kime.laya.lang", "analyse"),
     "detect_script": ("kime.laya.lang", "detect_script"),
     "is_english": ("kime.laya.lang", "is_english"),
-    # Laya's submodules, for `laya.hooks.set_default_hooks(...)` and the like.
-    "hooks": ("kime.laya.hooks", None),
-    "confidence": ("kime.laya.confidence", None),
-    "structured": ("kime.laya.structured", None),
-    "lang": ("kime.laya.lang", None),
+    # laya.calibrate's fitters and laya.common's helpers, torch-free
+    "fit_temperatures": ("kime.jobs.laya_calibrate", "fit_temperatures"),
+    "fit_one_temperature": ("kime.jobs.laya_calibrate", "fit_one_temperature"),
+    "fit_temperature_map": ("kime.jobs.laya_calibrate", "fit_temperature_map"),
+    "fit_abstention_thresholds": ("kime.jobs.laya_calibrate", "fit_abstention_thresholds"),
+    "fit_binning_map": ("kime.jobs.laya_calibrate", "fit_binning_map"),
+    "apply_binning_map": ("kime.laya.calibration", "apply_binning_map"),
+    "ece_score": ("kime.jobs.laya_calibrate", "ece_score"),
+    "proper_reward": ("kime.laya.common", "proper_reward"),
+    "td_lambda_targets": ("kime.laya.common", "td_lambda_targets"),
+    "render_options": ("kime.laya.common", "render_options"),
+    "QTYPES": ("kime.render", "QTYPES"),
+    "QTYPE_NAMES": ("kime.render", "QTYPE_NAMES"),
+    # wide label sets, reliability, presets and email
+    "shortlist_choice": ("kime.laya.shortlist", "shortlist_choice"),
+    "predict_shortlist": ("kime.laya.shortlist", "predict_shortlist"),
+    "predict_tournament": ("kime.laya.shortlist", "predict_tournament"),
+    "embed_fn_from_agent": ("kime.laya.embedding", "embed_fn_from_agent"),
+    "cached_embed_fn": ("kime.laya.embedding", "cached_embed_fn"),
+    "OptionStabilityHook": ("kime.laya.stability", "OptionStabilityHook"),
+    "clean_email_body": ("kime.laya.email", "clean_email_body"),
+    "email_state": ("kime.laya.email", "email_state"),
+    "email_questions": ("kime.laya.presets", "email_questions"),
+    "guard_questions": ("kime.laya.presets", "guard_questions"),
+    "moderation_questions": ("kime.laya.presets", "moderation_questions"),
+    "router_questions": ("kime.laya.presets", "router_questions"),
+    "triage_questions": ("kime.laya.presets", "triage_questions"),
+    # Laya's submodule paths (`laya.hooks.set_default_hooks(...)`, `from kime.presets import
+    # ...`): each kime/<name>.py holds what laya.<name> offers, from the modules that own it.
+    "confidence": ("kime.confidence", None),
+    "email": ("kime.email", None),
+    "hooks": ("kime.hooks", None),
+    "lang": ("kime.lang", None),
+    "presets": ("kime.presets", None),
+    "router": ("kime.router", None),
+    "structured": ("kime.structured", None),
 }
 """Laya's top-level names that `import kime` need not pay for: resolved on first use."""
+
+_INTEGRATIONS = ("LayaRouter", "LayaGuardrail", "LayaGuardrailError", "LayaTriage",
+                 "LayaEvaluator", "LayaDecision")
+"""Laya's LangChain classes. They come with kime's integrations (issue 24); until then each is
+an ImportError that says so, on `kime.LayaRouter` and on `from kime import LayaRouter` alike.
+They stay out of `__all__` and `dir(kime)`, so `from kime import *`, `help(kime)` and
+`inspect.getmembers(kime)` (which read every listed name) keep working. `hasattr` raises the
+same ImportError rather than answering False: a feature check that took False for "absent"
+would quietly take another path where Laya's user wants to hear why."""
 
 
 def __getattr__(name: str) -> object:
     try:
         module, attr = _LAZY[name]
     except KeyError:
+        if name in _INTEGRATIONS:
+            raise ImportError(
+                "kime.%s is one of laya's LangChain integrations, which kime does not have "
+                "yet: they come with kime's integrations (issue 24, \"Agents without torch\"). "
+                "Until then, call kime.Router or kime.load directly." % name,
+                name="kime") from None
         raise AttributeError("module 'kime' has no attribute %r" % name) from None
     import importlib
 
@@ -68,7 +116,7 @@ def __dir__() -> list:
 __all__ = [
     "AsyncHook", "BaseHook", "DEFAULT_MODELS", "RouteDecision", "Router", "Hook", "PredictContext",
     "PredictHook", "RLAgent",
-    *[name for name, (_, attr) in _LAZY.items() if attr is not None],
+    *_LAZY,
     "Agent", "Answer", "BackendError", "BadDeviceOrdinal", "BadOption", "CudaMismatch",
     "CudaUnavailable", "Device", "Precision",
     "CupyMissing", "NoGpu", "CheckpointError", "CheckpointFileMissing", "GateReport",
