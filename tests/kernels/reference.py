@@ -284,3 +284,21 @@ def act_head(x, logits, mcu, rfirst, w0t, b0, w2, b2) -> np.ndarray:
         if ma < mb:
             out[r] = _act_row(x[rfirst[r]], logits[ma:mb], w0t, b0, w2, b2)
     return out
+
+
+def mean_pool_rows(x: np.ndarray, cu: Sequence[int]) -> np.ndarray:
+    """Each row's mean over its tokens x[cu[r]:cu[r + 1]] (an embedding), zeros for an empty row:
+    Laya's masked mean, whose token count is clamped at 1."""
+    x = np.asarray(x, F64)
+    out = np.zeros((len(cu) - 1, x.shape[1]), F64)
+    for r in range(len(cu) - 1):
+        a, b = int(cu[r]), int(cu[r + 1])
+        out[r] = x[a:b].sum(axis=0) / max(b - a, 1)
+    return out
+
+
+def mean_pool_slots(x: np.ndarray, rfirst: Sequence[int], hi: Sequence[int]) -> np.ndarray:
+    """`mean_pool_rows` in a CUDA plan's slot layout: row r runs from slot rfirst[r] to the end
+    bound hi[] of that slot."""
+    starts = [int(s) for s in rfirst]
+    return np.stack([mean_pool_rows(x[s:int(hi[s])], [0, int(hi[s]) - s])[0] for s in starts])
