@@ -66,6 +66,7 @@ def _decide(args: argparse.Namespace) -> int:
         state = _read_state(args)
     elif args.state is not None or args.state_file is not None:
         raise UsageError("--batch reads its states from its lines: drop --state/--state-file")
+    _check_narrowing(args)
     if _routed(args):
         from ..laya.router import Router
 
@@ -81,10 +82,42 @@ def _decide(args: argparse.Namespace) -> int:
     defaults = {key: getattr(args, key) for key in CONTROLS if getattr(args, key) is not None}
     if args.batch is not None:
         return _decide_batch(args, answerer, questions, defaults)
-    result = answerer.predict(state, questions, min_confidence=args.min_confidence, **defaults)
+    result = _predict(args, answerer, state, questions,
+                      dict(defaults, min_confidence=args.min_confidence))
     json.dump(result, sys.stdout, ensure_ascii=False, indent=None if args.compact else 2)
     sys.stdout.write("\n")
     return 0
+
+
+def _check_narrowing(args: argparse.Namespace) -> None:
+    """`--shortlist-k` / `--tournament-group`: one of them, for one state; the shortlist embeds
+    with the one checkpoint it loads, which `--model auto` has not chosen yet."""
+    given = [flag for flag, value in (("--shortlist-k", args.shortlist_k),
+                                      ("--tournament-group", args.tournament_group))
+             if value is not None]
+    if len(given) > 1:
+        raise UsageError("--shortlist-k and --tournament-group narrow a choice two ways: give one")
+    if given and args.batch is not None:
+        raise UsageError("%s answers one state: drop --batch" % given[0])
+    if args.shortlist_k is not None and args.model.strip().lower() == "auto":
+        raise UsageError("--shortlist-k embeds with the checkpoint's own encoder: give --model "
+                         "a checkpoint, not auto")
+
+
+def _predict(args: argparse.Namespace, answerer: Any, state: Any, questions: Any,
+             kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """One state's result: `predict`, or Laya's shortlist or tournament around it."""
+    if args.shortlist_k is not None:
+        from ..laya.shortlist import embed_fn_from_agent, predict_shortlist
+
+        return predict_shortlist(answerer, state, questions, embed_fn_from_agent(answerer),
+                                 args.shortlist_k, **kwargs)
+    if args.tournament_group is not None:
+        from ..laya.shortlist import predict_tournament
+
+        return predict_tournament(answerer, state, questions, args.tournament_group, **kwargs)
+    result: Dict[str, Any] = answerer.predict(state, questions, **kwargs)
+    return result
 
 
 def _decide_batch(args: argparse.Namespace, answerer: Any, questions: Any,
@@ -151,6 +184,14 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     d.add_argument("--batch-size", dest="batch_size", type=int, default=64, metavar="N",
                    help="--batch requests answered together, in shared forward passes "
                    "(default 64)")
+    d.add_argument("--shortlist-k", dest="shortlist_k", type=int, default=None, metavar="K",
+                   help="narrow each choice to the K labels closest to the state (cosine of the "
+                   "checkpoint encoder's mean-pooled embeddings), then answer, as Laya's "
+                   "predict_shortlist; the result carries `shortlist`")
+    d.add_argument("--tournament-group", dest="tournament_group", type=int, default=None,
+                   metavar="G", help="answer each choice of more than G labels by elimination "
+                   "in groups of at most G, one shared forward pass a round, as Laya's "
+                   "predict_tournament; the result carries `tournament`")
     d.add_argument("--state", "-s", help="the state text")
     d.add_argument("--state-file", help="read the state from this file ('-' for stdin)")
     d.add_argument("--json-state", action="store_true", help="parse the state as JSON (a dict or "
