@@ -716,6 +716,7 @@ AREAS += ("goldens_fit.py",)  # issue 13: laya.calibrate's fitters on fixed reco
 AREAS += ("goldens_shortlist.py",)  # issue 23: shortlist and tournament (shortlist.json)
 AREAS += ("goldens_serve_env.py",)  # issue 23: laya serve's environment, whole (serve_env.json)
 AREAS += ("goldens_embed.py",)  # issue 23: embed_fn_from_agent, cached_embed_fn (embed.json)
+AREAS += ("goldens_stability.py",)  # issue 23: OptionStabilityHook and helpers (stability.json)
 
 
 def record_areas() -> List[str]:
