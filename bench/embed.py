@@ -110,7 +110,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     out: Dict[str, Any] = {"machine": info, "shape": args.shape, "texts": args.texts,
                            "tokens": tokens, "hidden": int(ours.shape[1]),
                            "precision": args.precision, "kime": summarize(seconds),
-                           "kime_version": kime.__version__, "batches": agent.engine.scheduler.batches}
+                           "kime_version": kime.__version__,
+                           "batches": agent.engine.scheduler.batches}
     agent.close()
 
     peer_note = "not run (--peers none)"

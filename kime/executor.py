@@ -124,8 +124,8 @@ class Executor:
         with self._lock:
             if self._closed:
                 raise BackendError("the model was closed; load it again to run it")
-            pooled = self.backend.run(batch).pooled
-            pooled = None if pooled is None else pooled.copy()
+            found = self.backend.run(batch).pooled
+            pooled: Optional[np.ndarray] = None if found is None else np.array(found)
         if pooled is None or pooled.ndim != 2 or pooled.shape[0] != batch.rows:
             raise BackendError("%s returned %s pooled rows for an embedding batch of %d rows"
                                % (self.backend.describe(),

@@ -114,7 +114,7 @@ def record_cache(shortlist: Any) -> List[Dict[str, Any]]:
         return toy(texts)
 
     lru = shortlist.cached_embed_fn(logged, maxsize=3)
-    steps = [{"texts": ["a", "bb", "a"]}, {"texts": ["bb", "ccc"]}, {"texts": ["dddd"]},
+    steps: List[Dict[str, Any]] = [{"texts": ["a", "bb", "a"]}, {"texts": ["bb", "ccc"]}, {"texts": ["dddd"]},
              {"texts": ["a"]}, {"texts": ["bb", "dddd"]}, {"texts": [None, ""]},
              {"texts": ["nan"]}, {"texts": ["nan", "a"]}, {"texts": []},
              {"texts": ["boom", "x"]}, {"texts": ["x"]}, {"texts": [1, 2.5, "1"]},
