@@ -329,6 +329,9 @@ class CudaBackend:
     # --- running -------------------------------------------------------------------------------
 
     def run(self, batch: Batch) -> Outputs:
+        if batch.embed:
+            raise Unsupported("embeddings (Kime.embed) do not run on the CUDA backend yet; load "
+                              "the model with device='cpu' to embed")
         with self._device, self.stream:
             return self._run(batch)
 
