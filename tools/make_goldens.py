@@ -717,6 +717,7 @@ AREAS += ("goldens_shortlist.py",)  # issue 23: shortlist and tournament (shortl
 AREAS += ("goldens_serve_env.py",)  # issue 23: laya serve's environment, whole (serve_env.json)
 AREAS += ("goldens_embed.py",)  # issue 23: embed_fn_from_agent, cached_embed_fn (embed.json)
 AREAS += ("goldens_stability.py",)  # issue 23: OptionStabilityHook and helpers (stability.json)
+AREAS += ("goldens_surface.py",)  # issue 23: laya's names, presets, email, helpers, fitters (surface.json)
 
 
 def record_areas() -> List[str]:

@@ -112,12 +112,14 @@ def _calibration(recs: Sequence[fit.Record], temperature: Any, temperature_by_op
     if (isinstance(temperature, (str, bytes, Mapping)) or not hasattr(temperature, "__len__")
             or len(temperature) != len(QTYPE_NAMES)
             or not all(isinstance(x, Real) for x in temperature)):
-        raise _refused(["temperature"], "temperature must be 3 numbers (choice, score, noul), "
-                       "got %r" % (temperature,))
+        raise InvalidArgument([problem(["temperature"], "temperature must be 3 numbers (choice, "
+                                       "score, noul), got %r" % (temperature,), "type_error",
+                                       None)])
     if (not isinstance(temperature_by_options, Mapping)
             or not all(isinstance(v, Real) for v in temperature_by_options.values())):
-        raise _refused(["temperature_by_options"], "temperature_by_options must be a dict of "
-                       "bucket -> number, got %r" % (temperature_by_options,))
+        raise InvalidArgument([problem(["temperature_by_options"], "temperature_by_options must "
+                                       "be a dict of bucket -> number, got %r"
+                                       % (temperature_by_options,), "type_error", None)])
     return [float(x) for x in temperature], {str(k): float(v)
                                              for k, v in temperature_by_options.items()}
 
@@ -143,7 +145,7 @@ def fit_one_temperature(pairs: Sequence[Any], min_n: Optional[int] = None) -> fl
     return clamp_temperature(fit.fit_unclamped_temperature(recs), TEMP_MIN, TEMP_MAX)
 
 
-def _holdout(recs: Sequence[fit.Record], seed: Optional[int]
+def ece_holdout(recs: Sequence[fit.Record], seed: Optional[int]
              ) -> Tuple[List[fit.Record], List[fit.Record], List[str]]:
     """(fit records, held-out records, buckets not split): `ECE_HOLDOUT_FRAC` of each bucket
     held out by a seeded permutation, in bucket-name order; a bucket whose fitting side would
@@ -164,8 +166,9 @@ def _holdout(recs: Sequence[fit.Record], seed: Optional[int]
     return ([recs[i] for i in sorted(fit_idx)], [recs[i] for i in sorted(held_idx)], excluded)
 
 
-def _ece_report(held: Sequence[fit.Record], temperature: List[float],
+def ece_report(held: Sequence[fit.Record], temperature: List[float],
                 temperature_by_options: Dict[str, float]) -> Dict[str, Any]:
+    """ECE on the held-out records before (T = 1) and after these temperatures."""
     before = fit.confidences(held, [1.0] * len(QTYPE_NAMES), {})
     after = fit.confidences(held, temperature, temperature_by_options)
     return {"ece_before": fit.ece(*before), "ece_after": fit.ece(*after)}
@@ -186,7 +189,7 @@ def fit_temperature_map(records: Iterable[Any], compute_ece: bool = False, seed:
                        % (seed,), seed)
     recs = records_from(records)
     n_by_bucket = {key: len(idx) for key, idx in fit.by_bucket(recs).items()}
-    fit_recs, held, excluded = _holdout(recs, seed) if compute_ece else (recs, [], [])
+    fit_recs, held, excluded = ece_holdout(recs, seed) if compute_ece else (recs, [], [])
     fitted = fit.fit_temperature_map(fit_recs)
     out: Dict[str, Any] = {
         "temperature": [float(x) for x in fitted.temperature],
@@ -195,7 +198,7 @@ def fit_temperature_map(records: Iterable[Any], compute_ece: bool = False, seed:
         "temperature_clamped": dict(fitted.temperature_clamped),
     }
     if compute_ece:
-        report = _ece_report(held, out["temperature"], out["temperature_by_options"])
+        report = ece_report(held, out["temperature"], out["temperature_by_options"])
         report.update(n=float(len(recs)), n_eval=float(len(held)),
                       buckets_excluded_from_eval=excluded)
         out["report"] = report
@@ -257,5 +260,6 @@ def ece_score(conf: Any, correct: Any, bins: int = BINS) -> float:
     return fit.ece(c, y, int(bins)) if len(c) else math.nan
 
 
-__all__ = ["apply_binning_map", "ece_score", "fit_abstention_thresholds", "fit_binning_map",
-           "fit_one_temperature", "fit_temperature_map", "fit_temperatures", "records_from"]
+__all__ = ["apply_binning_map", "ece_holdout", "ece_report", "ece_score",
+           "fit_abstention_thresholds", "fit_binning_map", "fit_one_temperature",
+           "fit_temperature_map", "fit_temperatures", "records_from"]
