@@ -52,3 +52,31 @@ def test_importing_every_module_leaves_every_public_name_as_it_was():
     assert {"kime.engine", "kime.laya.structured", "kime._cpu.backend", "kime._cuda.device",
             "kime.jobs.cli"} <= set(found["imported"])
     assert not found["changed"], "modules shadow public names of kime: %s" % found["changed"]
+
+
+_PATHS_PROBE = textwrap.dedent("""
+    import importlib, json, sys
+    import email.utils
+    import kime
+    from kime import email as laya_email, hooks, router
+    paths = ("presets", "email", "router", "hooks", "confidence", "structured", "lang")
+    one = {name: getattr(kime, name) is importlib.import_module("kime." + name)
+           is sys.modules["kime." + name] for name in paths}
+    json.dump({"one": one, "stdlib_email": sys.modules["email"].__name__,
+               "stdlib_utils": email.utils.__name__, "ours": laya_email.__name__,
+               "hooks": hooks.__name__, "router": router.__name__}, sys.stdout)
+""")
+
+
+def test_layas_import_paths_are_one_module_each_and_leave_the_stdlib_alone():
+    """`kime.presets` (attribute), `import kime.presets` and `from kime import presets` are the
+    same module, for each of Laya's seven paths; `kime/email.py` is reached only as `kime.email`,
+    never as the standard library's `email`."""
+    proc = subprocess.run([sys.executable, "-c", _PATHS_PROBE], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    assert all(found["one"].values()), found["one"]
+    assert (found["stdlib_email"], found["stdlib_utils"]) == ("email", "email.utils")
+    assert (found["ours"], found["hooks"], found["router"]) == ("kime.email", "kime.hooks",
+                                                                "kime.router")
