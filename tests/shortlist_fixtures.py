@@ -135,3 +135,15 @@ class Counted:
             self.calls += 1
             return attr(*args, **kwargs)
         return counted
+
+
+class Recording:
+    """An embedder (a checkpoint's `embed_fn_from_agent`) that keeps the texts it was given."""
+
+    def __init__(self, fn: Callable[[Sequence[str]], Any]):
+        self.fn = fn
+        self.calls: List[List[str]] = []
+
+    def __call__(self, texts: Sequence[str]) -> Any:
+        self.calls.append(list(texts))
+        return self.fn(texts)

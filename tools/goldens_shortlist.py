@@ -97,7 +97,10 @@ def shortlist_choice_cases() -> List[Dict[str, Any]]:
     def c(cid: str, embedder: str = "chars", **args: Any) -> Dict[str, Any]:
         return case("sc_" + cid, sc, None, None, embedder, **args)
 
-    return [
+    encoder = [case("sc_%s_encoder" % ck.split("-")[0], sc, None, ck, "encoder", state=state,
+                    criteria=described(40), k=8, return_scores=True)
+               for ck, state in (("tiny", STATE), ("multilingual-tiny", STATE_DE))]
+    return encoder + [
         c("dict_k5", state=STATE, criteria=described(30), k=5),
         c("list_k10_instructions", state=STATE, criteria=intents(40), k=10,
           instructions="Which intent fits?"),
@@ -173,6 +176,8 @@ def shortlist_cases(ck: str) -> List[Dict[str, Any]]:
         c("router_model", on="router", state=STATE, k=5, questions={"intent": wide,
                                                                     "angry": NOUL},
           model="english" if ck == "tiny" else "multilingual"),
+        c("encoder_embedder", "encoder", state=DICT_STATE, k=6,
+          questions={"intent": choice(described(40)), "angry": NOUL}),
         c("error_questions_list", state=STATE, questions=[wide]),
         c("error_k_zero", state=STATE, questions={"intent": wide}, k=0),
         c("error_k_bool", state=STATE, questions={"intent": wide}, k=False),
@@ -277,10 +282,33 @@ def scrub(value: Any) -> Any:
     return json.loads(text)
 
 
+def embedder_of(spec: Dict[str, Any], agents: Dict[str, Any], shortlist: Any) -> Any:
+    """The case's embedder: a fixture's, or (`encoder`) laya's own over the checkpoint."""
+    if spec["embedder"] == "encoder":
+        return fx.Recording(shortlist.embed_fn_from_agent(agents[spec["checkpoint"]]))
+    return fx.embed_fn(spec["embedder"]) if spec["embedder"] else None
+
+
+def check_margins(spec: Dict[str, Any], agents: Dict[str, Any], shortlist: Any) -> None:
+    """An `encoder` case must not hang on embedding noise: neighbouring cosines, the cut
+    included, at least 1e-4 apart (torch's and kime's vectors agree far closer)."""
+    args = spec["args"]
+    questions = args.get("questions", {"": {"criteria": args.get("criteria"), "type": "choice"}})
+    for question in questions.values():
+        if question.get("type") != "choice":
+            continue
+        criteria = question["criteria"]
+        _labels, scores = shortlist.shortlist_choice(
+            args["state"], criteria, shortlist.embed_fn_from_agent(agents[spec["checkpoint"]]),
+            len(criteria) - 1, instructions=question.get("instructions"), return_scores=True)
+        gaps = [a - b for a, b in zip(scores, scores[1:])][:args["k"] + 1]
+        assert min(gaps) > 1e-4, "case %s: cosines %r too close" % (spec["id"], gaps)
+
+
 def run_case(spec: Dict[str, Any], agents: Dict[str, Any], router: Any,
              shortlist: Any) -> Dict[str, Any]:
     args = copy.deepcopy(spec["args"])
-    embedder = fx.embed_fn(spec["embedder"]) if spec["embedder"] else None
+    embedder = embedder_of(spec, agents, shortlist)
     target: Optional[fx.Counted] = None
     if spec["on"] == "agent":
         target = fx.Counted(agents[spec["checkpoint"]])
@@ -328,6 +356,9 @@ def main() -> int:
         specs += shortlist_cases(ck) + tournament_cases(ck)
     ids = [s["id"] for s in specs]
     assert len(set(ids)) == len(ids), "case ids must be unique"
+    for spec in specs:
+        if spec["embedder"] == "encoder":
+            check_margins(spec, agents, laya.shortlist)
     cases = [run_case(spec, agents, router, laya.shortlist) for spec in specs]
     for c in cases:
         c["args"] = to_json(c["args"])

@@ -82,7 +82,10 @@ def call(case: Dict[str, Any], target: Any, embedder: Any) -> Any:
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_as_laya_does(case, agents, router):
     target = target_of(case, agents, router)
-    embedder = fx.embed_fn(case["embedder"]) if case["embedder"] else None
+    if case["embedder"] == "encoder":
+        embedder: Any = fx.Recording(shortlist.embed_fn_from_agent(agents[case["checkpoint"]]))
+    else:
+        embedder = fx.embed_fn(case["embedder"]) if case["embedder"] else None
     before = copy.deepcopy(case["args"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
