@@ -74,8 +74,8 @@ def _from_cache(source: Source, cache_dir: str | os.PathLike[str] | None) -> Pat
     except (OSError, ValueError) as err:
         # A plain miss says nothing useful ("pass local_files_only=False"); anything else might.
         # Matched by name: the class moved between huggingface_hub versions.
-        if type(err).__name__ == "LocalEntryNotFoundError":
-            reason = "no snapshot of it there"
+        if _cache_miss(err):
+            reason = _miss_reason(err)
         else:
             reason = f"no usable snapshot ({type(err).__name__}: {err})"
         raise ModelNotFound(_missing_message(source, cache, reason, cache_dir)) from err
@@ -156,10 +156,10 @@ def fetch(repo: str, *, subfolder: str | None = None, revision: str | None = Non
             return Path(snapshot)
         reason = f"its snapshot {snapshot} has no {prefix}{CONFIG_FILE}"
     except (OSError, ValueError) as err:
-        if type(err).__name__ != "LocalEntryNotFoundError":
+        if not _cache_miss(err):
             raise ModelNotFound(_missing_message(source, cache, "no usable snapshot (%s: %s)"
                                                  % (type(err).__name__, err), None)) from err
-        reason = "no snapshot of it there" + (f" at revision {revision!r}" if revision else "")
+        reason = _miss_reason(err) + (f" at revision {revision!r}" if revision else "")
     if _offline():
         raise ModelNotFound(_missing_message(source, cache, reason, None, offline=True))
     what = source.describe() + (f" at revision {revision!r}" if revision else "")
@@ -175,6 +175,20 @@ def fetch(repo: str, *, subfolder: str | None = None, revision: str | None = Non
         raise ModelNotFound(f"downloaded model {source.name!r} ({what}), but its snapshot "
                             f"{snapshot} has no {prefix}{CONFIG_FILE}: it is not a Laya checkpoint")
     return Path(snapshot)
+
+
+def _cache_miss(err: BaseException) -> bool:
+    """A cache lookup that found nothing to use: no snapshot, or one missing some of the files
+    asked for (a sibling checkpoint of the same repo downloaded alone, huggingface_hub 1.x+'s
+    IncompleteSnapshotError, a LocalEntryNotFoundError subclass). Matched by name: the classes
+    moved between huggingface_hub versions."""
+    return any(cls.__name__ == "LocalEntryNotFoundError" for cls in type(err).__mro__)
+
+
+def _miss_reason(err: BaseException) -> str:
+    if type(err).__name__ == "IncompleteSnapshotError":
+        return "its snapshot there lacks this checkpoint's files"
+    return "no snapshot of it there"
 
 
 def _offline() -> bool:
