@@ -56,8 +56,10 @@ class Shaping:
         return narrowing.plan(ask.body.questions, self.group) if self.group else None
 
     def batch_size(self, ask: Ask) -> Optional[int]:
-        """The caller's `batch_size`, never wider than `max_batch_tokens` allows."""
+        """The caller's `batch_size`, never wider than `max_batch_tokens` allows (when set)."""
         body = ask.body
+        if self.max_batch_tokens is None:
+            return body.batch_size
         n_questions = len(body.questions) if isinstance(body.questions, dict) else 0
         planned = chunk_size(len(body.states), n_questions, body.max_len, self.max_batch_tokens)
         if body.batch_size is None:

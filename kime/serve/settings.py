@@ -222,10 +222,12 @@ class Settings(BaseModel):
     body_read_timeout: Annotated[Seconds, Source(
         "seconds a client gets to send its request body; 0: no limit",
         env=("KIME_BODY_READ_TIMEOUT", "LAYA_BODY_READ_TIMEOUT"))] = 10.0
-    max_batch_tokens: Annotated[int, BeforeValidator(_laya_batch_tokens), Source(
-        "tokens one forward pass of a batch request may hold (states x questions x max_len, 512 "
-        "when the request sets none); a larger batch is answered in chunks of states, never "
-        "refused", env=("KIME_MAX_BATCH_TOKENS", "LAYA_MAX_BATCH_TOKENS"))] = MAX_BATCH_TOKENS
+    max_batch_tokens: Annotated[Optional[int], BeforeValidator(_laya_batch_tokens), Source(
+        "answer a batch request in chunks of states, each at most this many tokens (states x "
+        "questions x max_len, 512 when the request sets none), as laya serve does; never "
+        "refused. Unset: one call, whose rows the engine packs unpadded into batches it "
+        "bounds itself (laya serve's default: %d)" % MAX_BATCH_TOKENS,
+        env=("KIME_MAX_BATCH_TOKENS", "LAYA_MAX_BATCH_TOKENS"))] = None
     tournament_group: Annotated[int, BeforeValidator(_laya_tournament_group), Source(
         "answer a choice of more options than this (2-100) by elimination in groups of this "
         "size, on both decision routes, and raise the option cap from 100 to 255; 0: off",
