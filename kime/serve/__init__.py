@@ -4,7 +4,9 @@ FastAPI + uvicorn.
     settings.py  the one declaration of the settings; flags, environment and TOML from it
     limits.py    laya serve's body checks: size limits, refusals, controls, the model named
     routing.py   one checkpoint or a Router (from the settings), and a routed body's checks
-    served.py    what answers: One engine, or Routed (a Router: leases, routing, idle unload)
+    served.py    what answers: One checkpoint, or Routed (a Router: leases, routing, idle unload)
+    narrowing.py LAYA_TOURNAMENT_GROUP: the choices narrowed by elimination, and their answer
+    wire.py      what the routes send: Jev additions, or the strict contract (LAYA_JEV_STRICT)
     metrics.py   /metrics on prometheus_client, a registry per app, the engines' gauges
     app.py       create_app (one pipeline for both POST routes) and serve (uvicorn)
 

@@ -12,7 +12,10 @@ API keys then gather from the settings, the key file and `KIME_API_KEY`/`LAYA_AP
 The routing settings read their values as laya serve reads its environment, from every source:
 a switch is on only for `1`, `true`, `yes` or `on`; `max_loaded` that is not a positive integer
 leaves the Router's own default; `idle_unload_seconds` that is not a finite number is off (with
-a warning); `extra_models` that is not a JSON object of sources refuses to start.
+a warning); `extra_models` that is not a JSON object of sources refuses to start;
+`tournament_group` outside [2, 100] is off; `max_batch_tokens` that is not a positive integer
+is laya's 131072 (with a warning). `LAYA_MAX_CONCURRENT` sets `max_queue` when neither
+`KIME_MAX_QUEUE` nor the flag does, read as laya reads it (not a positive integer: 16).
 """
 from __future__ import annotations
 
