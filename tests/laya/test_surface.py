@@ -180,6 +180,10 @@ def test_the_langchain_names_say_they_come_with_issue_24(name):
     with pytest.raises(ImportError, match="issue 24"):
         exec("from kime import %s" % name, scope)
     assert name not in kime.__all__ and name not in dir(kime)
+    # hasattr and getattr(..., None) say why too, rather than answer "absent" and let a feature
+    # check quietly take another path (kime/__init__.py's _INTEGRATIONS)
+    with pytest.raises(ImportError, match="kime's integrations"):
+        hasattr(kime, name)
 
 
 def test_everything_else_of_layas_all_is_in_kimes_all_and_star_import_works():
