@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable, Dict, List, Optional
 
-from ..laya.shortlist import _criteria_items, predict_tournament_async
+from ..laya.shortlist import predict_tournament_async
 from .limits import refuse
 from .settings import MAX_CHOICE_OPTIONS
 
@@ -39,7 +39,7 @@ def plan(questions: Any, group: int) -> Optional[Dict[Any, List[Any]]]:
             continue
         criteria = question.get("criteria")
         if isinstance(criteria, (dict, list)) and len(criteria) > group:
-            large[qid] = _labels(qid, criteria)
+            large[qid] = _labels(criteria)
     if not large:
         return None
     unmappable = [qid for qid, labels in large.items()
@@ -54,14 +54,20 @@ def plan(questions: Any, group: int) -> Optional[Dict[Any, List[Any]]]:
     return None if unmappable or ordered else large
 
 
-def _labels(qid: Any, criteria: Any) -> List[Any]:
-    """A choice's labels in order; a repeated label is the tournament's own refusal (a 422).
-    A list holding an unhashable label cannot be checked for repeats: its labels are returned
-    as they are, and `plan` finds them unmappable."""
-    try:
-        return [label for label, _ in _criteria_items(criteria, ["questions", qid, "criteria"])]
-    except TypeError:
-        return list(criteria)
+def _labels(criteria: Any) -> List[Any]:
+    """A choice's labels in order. A repeated label is the tournament's refusal, in its words
+    (a 422); a list holding an unhashable label cannot be checked for repeats, and `plan`
+    finds it unmappable."""
+    labels = list(criteria)  # a dict's keys, or a list's items
+    seen: set = set()
+    for label in labels:
+        try:
+            if label in seen:  # 1 and 1.0 (and True) are one answer key, as in a dict
+                raise refuse(422, "choice criteria label %r is duplicated" % (label,))
+            seen.add(label)
+        except TypeError:
+            return labels
+    return labels
 
 
 async def answer(predict: Predict, state: Any, questions: Dict[Any, Any],
