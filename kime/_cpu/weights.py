@@ -107,13 +107,18 @@ def cache_dir() -> str:
 
 def fingerprint(path: str) -> str:
     """A content fingerprint of `model.safetensors` that costs milliseconds, not a full hash:
-    the header (every tensor's name, shape and offset), the size, and 64 KiB samples spread over
-    the data. Two checkpoints that differ anywhere in their names or shapes, or in the sampled
-    bytes, get different keys; the config files are hashed whole."""
+    the header (every tensor's name, shape and offset), the size and modification time, and 64
+    KiB samples spread over the data. Two checkpoints that differ anywhere in their names or
+    shapes, or in the sampled bytes, get different keys, and so does a file rewritten in place
+    where no sample sees the change; the config files are hashed whole."""
     h = hashlib.sha256()
     weights = os.path.join(path, "model.safetensors")
-    size = os.path.getsize(weights)
-    h.update(str(size).encode())
+    # The samples see 64 KiB of the file, so its mtime keys it too: a tensor rewritten in place
+    # between two samples (an act-head bias is a few bytes) must not map the old pack, or the
+    # compiled path runs the old weights where the reference reads the new (issue 23).
+    st = os.stat(weights)
+    size = st.st_size
+    h.update(("%d %d" % (size, st.st_mtime_ns)).encode())
     with open(weights, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
         h.update(f.read(header_len))
