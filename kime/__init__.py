@@ -82,12 +82,35 @@ _LAZY = {
 
 _INTEGRATIONS = ("LayaRouter", "LayaGuardrail", "LayaGuardrailError", "LayaTriage",
                  "LayaEvaluator", "LayaDecision")
-"""Laya's LangChain classes. They come with kime's integrations (issue 24); until then each is
-an ImportError that says so, on `kime.LayaRouter` and on `from kime import LayaRouter` alike.
-They stay out of `__all__` and `dir(kime)`, so `from kime import *`, `help(kime)` and
-`inspect.getmembers(kime)` (which read every listed name) keep working. `hasattr` raises the
-same ImportError rather than answering False: a feature check that took False for "absent"
-would quietly take another path where Laya's user wants to hear why."""
+"""Laya's LangChain classes, from `kime.integrations.langchain` on first use. Where langchain-core
+is installed they are in `__all__` and `dir(kime)`, as laya lists them; where it is not they stay
+out, so `from kime import *`, `help(kime)` and `inspect.getmembers(kime)` keep working on a bare
+install (laya's fail there), and using one raises an ImportError naming the extra,
+`pip install 'kime[langchain]'`. `hasattr` raises that too rather than answer False: a feature
+check that took False for "absent" would quietly take another path where the user wants to hear
+why."""
+
+
+def _langchain_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("langchain_core") is not None  # a path search, no import
+
+
+def _integration(name: str) -> object:
+    import importlib
+
+    try:
+        module = importlib.import_module("kime.integrations.langchain")
+    except ImportError as e:
+        if "kime[langchain]" in str(e) or (e.name or "").startswith("kime"):
+            raise
+        raise ImportError(
+            "kime.%s is one of laya's LangChain integrations, which need LangChain: "
+            "pip install 'kime[langchain]' (%s)" % (name, e), name=e.name) from e
+    found = getattr(module, name)
+    globals()[name] = found
+    return found
 
 
 def __getattr__(name: str) -> object:
@@ -95,11 +118,7 @@ def __getattr__(name: str) -> object:
         module, attr = _LAZY[name]
     except KeyError:
         if name in _INTEGRATIONS:
-            raise ImportError(
-                "kime.%s is one of laya's LangChain integrations, which kime does not have "
-                "yet: they come with kime's integrations (issue 24, \"Agents without torch\"). "
-                "Until then, call kime.Router or kime.load directly." % name,
-                name="kime") from None
+            return _integration(name)
         raise AttributeError("module 'kime' has no attribute %r" % name) from None
     import importlib
 
@@ -110,7 +129,10 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list:
-    return sorted(list(globals()) + list(_LAZY))
+    listed = set(globals()) | set(_LAZY)
+    if _langchain_installed():
+        listed.update(_INTEGRATIONS)
+    return sorted(listed)
 
 
 __all__ = [
@@ -125,3 +147,5 @@ __all__ = [
     "Response", "Timing", "TokenizerError", "TooLong", "Unsupported", "Usage", "gate", "load",
     "__version__",
 ]
+if _langchain_installed():
+    __all__ += _INTEGRATIONS

@@ -16,7 +16,9 @@ import textwrap
 
 # Extras a module may need; it is skipped only when the extra is really not installed here.
 OPTIONAL = ("cupy", "fastapi", "pydantic", "uvicorn", "prometheus_client", "pyarrow", "ray",
-            "matplotlib", "tomli", "tqdm", "starlette", "httpx")
+            "matplotlib", "tomli", "tqdm", "starlette", "httpx",
+            # the frameworks of kime.integrations (issue 24): kime[langchain], ...
+            "langchain_core", "langgraph", "llama_index", "crewai", "agno", "mcp")
 
 _PROBE = textwrap.dedent("""
     import importlib, importlib.util, json, pkgutil, sys, warnings

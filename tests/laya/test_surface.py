@@ -2,7 +2,8 @@
 (`tools/goldens_surface.py`, recorded from laya itself):
 
 - every name of laya's `__all__` is on kime, of the same kind and signature (the six LangChain
-  classes: an ImportError that points to issue 24, kept out of `__all__` and `dir()`);
+  classes where langchain-core is installed; without it, an ImportError naming `kime[langchain]`,
+  kept out of `__all__` and `dir()`);
 - Laya's submodule paths (`kime.presets`, `kime.email`, `kime.router`, `kime.hooks`,
   `kime.confidence`, `kime.structured`, `kime.lang`) hold every public name laya defines there;
 - the presets, the email helpers, `render_options`, `ece_score`, `proper_reward`,
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import json
 import math
@@ -46,6 +48,7 @@ FIT_CALLS = {"fit_temperatures", "fit_temperature_map", "fit_one_temperature", "
              "fit_abstention_thresholds"}
 INTEGRATIONS = ("LayaRouter", "LayaGuardrail", "LayaGuardrailError", "LayaTriage",
                 "LayaEvaluator", "LayaDecision")
+HAVE_LANGCHAIN = importlib.util.find_spec("langchain_core") is not None
 
 
 def _decode(obj: Any) -> Any:
@@ -134,8 +137,10 @@ NOT_COMPARED = {"__version__"}
 """Values that are kime's own: its version is not laya's."""
 
 
-@pytest.mark.parametrize("name", [n for n in DATA["all"] if n not in INTEGRATIONS])
+@pytest.mark.parametrize("name", DATA["all"])
 def test_every_name_of_layas_all_is_on_kime_alike(name):
+    if name in INTEGRATIONS:
+        pytest.importorskip("langchain_core")
     theirs = DATA["names"][name]
     ours = getattr(kime, name)
     assert name in kime.__all__ and name in dir(kime)
@@ -171,33 +176,63 @@ def _plain(value: Any) -> Any:
     return value
 
 
+_NO_LANGCHAIN_PROBE = """
+import sys
+sys.modules["langchain_core"] = None  # what an interpreter without langchain-core sees
+import inspect, json, pydoc, kime
+found = {"all": [n for n in %r if n in kime.__all__ or n in dir(kime)], "errors": []}
+for how in ("getattr", "from", "hasattr"):
+    try:
+        if how == "from":
+            exec("from kime import LayaRouter", {})
+        else:
+            (getattr if how == "getattr" else hasattr)(kime, "LayaGuardrail")
+    except ImportError as e:
+        found["errors"].append(str(e))
+exec("from kime import *", {})
+inspect.getmembers(kime)
+found["help"] = "predict_tournament" in pydoc.plain(pydoc.render_doc(kime))
+json.dump(found, sys.stdout)
+""" % (INTEGRATIONS,)
+
+
+def test_without_langchain_the_names_ask_for_the_extra_and_stay_unlisted():
+    """A bare install: the six names say `pip install 'kime[langchain]'` on every way in, and
+    stay out of `__all__` and `dir()`, so star-import, `getmembers` and `help` keep working."""
+    done = subprocess.run([sys.executable, "-c", _NO_LANGCHAIN_PROBE], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["all"] == [] and found["help"] is True
+    assert len(found["errors"]) == 3, found
+    assert all("kime[langchain]" in e for e in found["errors"]), found["errors"]
+
+
 @pytest.mark.parametrize("name", INTEGRATIONS)
-def test_the_langchain_names_say_they_come_with_issue_24(name):
-    assert name in DATA["all"]
-    with pytest.raises(ImportError, match="issue 24"):
-        getattr(kime, name)
+def test_with_langchain_the_names_are_the_integrations_classes_and_listed(name):
+    pytest.importorskip("langchain_core")
+    from kime.integrations import langchain
+
+    assert getattr(kime, name) is getattr(langchain, name)
     scope: Dict[str, Any] = {}
-    with pytest.raises(ImportError, match="issue 24"):
-        exec("from kime import %s" % name, scope)
-    assert name not in kime.__all__ and name not in dir(kime)
-    # hasattr and getattr(..., None) say why too, rather than answer "absent" and let a feature
-    # check quietly take another path (kime/__init__.py's _INTEGRATIONS)
-    with pytest.raises(ImportError, match="kime's integrations"):
-        hasattr(kime, name)
+    exec("from kime import %s" % name, scope)
+    assert scope[name] is getattr(langchain, name)
+    assert name in kime.__all__ and name in dir(kime)
 
 
 def test_everything_else_of_layas_all_is_in_kimes_all_and_star_import_works():
-    assert set(DATA["all"]) - set(INTEGRATIONS) <= set(kime.__all__)
+    listed = set(DATA["all"]) - (set() if HAVE_LANGCHAIN else set(INTEGRATIONS))
+    assert listed <= set(kime.__all__)
     scope: Dict[str, Any] = {}
     exec("from kime import *", scope)
-    assert set(DATA["all"]) - set(INTEGRATIONS) <= set(scope)
+    assert listed <= set(scope)
     assert scope["presets"] is kime.presets and scope["fit_temperatures"] is kime.fit_temperatures
 
 
 def test_tools_that_walk_the_module_keep_working():
     """`dir()`, `inspect.getmembers` and `help()` read every listed name: none may raise."""
     members = dict(inspect.getmembers(kime))
-    assert "render_options" in members and "LayaRouter" not in members
+    assert "render_options" in members and ("LayaRouter" in members) == HAVE_LANGCHAIN
     assert "predict_tournament" in pydoc.plain(pydoc.render_doc(kime))
 
 
@@ -205,7 +240,8 @@ def test_importing_kime_loads_none_of_the_surface_until_used():
     code = ("import sys, kime; mods = [m for m in sys.modules if m in ('kime.presets', "
             "'kime.email', 'kime.laya.presets', 'kime.laya.email', 'kime.laya.common', "
             "'kime.jobs', 'kime.laya.shortlist', 'kime.laya.stability', 'kime.hooks') "
-            "or m.startswith(('kime._cpu', 'kime._cuda', 'torch'))]; print(mods); "
+            "or m.startswith(('kime._cpu', 'kime._cuda', 'torch', 'kime.integrations', 'langchain'))]; "
+            "print(mods); "
             "kime.presets.triage_questions(); kime.fit_one_temperature([], 1)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
