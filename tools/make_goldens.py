@@ -719,6 +719,7 @@ AREAS += ("goldens_embed.py",)  # issue 23: embed_fn_from_agent, cached_embed_fn
 AREAS += ("goldens_stability.py",)  # issue 23: OptionStabilityHook and helpers (stability.json)
 AREAS += ("goldens_surface.py",)  # issue 23: laya's names, presets, email, helpers, fitters (surface.json)
 AREAS += ("goldens_laya_init.py",)  # issue 23: a Laya-initialised checkpoint (laya_init.json)
+AREAS += ("goldens_llamaindex.py",)  # issue 24: LlamaIndex selectors, router (integrations_llamaindex.json)
 
 
 def record_areas() -> List[str]:
