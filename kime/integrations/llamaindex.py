@@ -1,0 +1,216 @@
+"""LlamaIndex on kime: laya 0.4.15's `LayaSingleSelector`, `LayaMultiSelector` and
+`LayaQueryRouter` (`laya.integrations.llamaindex`), with laya's arguments, defaults, outputs and
+errors.
+
+The two selectors replace LlamaIndex's `LLMSingleSelector` / `LLMMultiSelector`: one choice
+question over the candidates' names and descriptions, answered in one forward pass. They are
+LlamaIndex `BaseSelector`s returning LlamaIndex's own `SelectorResult` of `SingleSelection`s, so
+`RouterQueryEngine(selector=LayaSingleSelector(...))` routes by them (laya 0.4.15 falls back to
+stand-in classes under llama-index-core 0.14, whose result has no `inds`, and the engine fails).
+They live in `llamaindex_selectors`, which imports llama-index-core; this module imports it only
+when a selector is first asked for, and names `pip install 'kime[llamaindex]'` when it is missing.
+`LayaQueryRouter` dispatches a query to one of a dict of engines or callables and needs no
+LlamaIndex at all.
+
+Every class takes `agent=` (a `kime.load` agent or a `kime.Router`), or `base_url=` / `api_key=`
+for a laya-serve-compatible server, or neither (the shared default `kime.Router()`), and the
+per-call controls of `kime.integrations.controls`, which `runner.execute_decision` routes.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
+
+from ..laya.confidence import _gate_confidence
+from .guard import answers_map, malformed, where_of
+from .runner import execute_decision
+
+if TYPE_CHECKING:  # at run time, module __getattr__ below (they import llama-index-core)
+    from .llamaindex_selectors import LayaMultiSelector, LayaSingleSelector
+
+INSTALL = "pip install 'kime[llamaindex]'"
+
+CONTROL_NAMES = ("agent", "base_url", "api_key", "model", "max_len", "head_max_len", "lang",
+                 "min_confidence", "task", "lang_guess", "hooks", "on_predict_start",
+                 "on_predict_end", "hooks_raise", "hooks_timeout")
+"""Where the decision runs and its per-call controls: every class's constructor takes each."""
+
+_SELECTORS = ("LayaSingleSelector", "LayaMultiSelector")
+
+
+def query_text(query: Any) -> str:
+    """The text of a query: a `str` as is, a `QueryBundle` (anything with `query_str`) by that."""
+    if isinstance(query, str):
+        return query
+    if hasattr(query, "query_str"):
+        return str(query.query_str)
+    return str(query)
+
+
+def choice_criteria(choices: Sequence[Any]) -> Dict[str, str]:
+    """The choice question's criteria: `choice_<i>` -> "name: description" for each candidate.
+
+    A candidate is a `ToolMetadata` (anything with `name` / `description`), a dict with those
+    keys, or a plain string (its description). A missing description is the name, then
+    "Option <i>"; without a name the criterion is the description alone.
+    """
+    criteria: Dict[str, str] = {}
+    for i, choice in enumerate(choices):
+        name = getattr(choice, "name", None)
+        desc = getattr(choice, "description", None)
+        if isinstance(choice, dict):
+            name = choice.get("name", name)
+            desc = choice.get("description", desc)
+        elif isinstance(choice, str):
+            desc = choice
+        if not desc:
+            desc = name or "Option %d" % i
+        criteria["choice_%d" % i] = "%s: %s" % (name, desc) if name else str(desc)
+    return criteria
+
+
+def gated_confidence(answer: Dict[str, Any]) -> float:
+    """The number `confidence_threshold` is compared with: the abstention gate's own
+    (`answer_confidence`, else `confidence`), or 1.0 for an answer that reports neither."""
+    conf = _gate_confidence(answer or {})
+    return conf if conf is not None else 1.0
+
+
+def choice_name(choice: Any, index: int) -> str:
+    """How a reason names a candidate: its `name` attribute, else `choice_<index>`."""
+    return getattr(choice, "name", None) or "choice_%d" % index
+
+
+class DecisionControls:
+    """Where a LlamaIndex class's decision runs, and its per-call controls (`CONTROL_NAMES`)."""
+
+    last_decision: Optional[Dict[str, Any]]
+
+    def _keep_controls(self, given: Dict[str, Any]) -> None:
+        # `given` is the constructor's locals(): each control becomes the attribute of its name,
+        # as on laya's classes, and the decision of the last call starts unset.
+        for name in CONTROL_NAMES:
+            setattr(self, name, given[name])
+        self.last_decision = None
+
+    def _decide(self, state: str, questions: Dict[str, Any]) -> Dict[str, Any]:
+        decision = execute_decision(state, questions,
+                                    **{name: getattr(self, name) for name in CONTROL_NAMES})
+        self.last_decision = decision
+        return decision
+
+    def _answer(self, decision: Dict[str, Any], qid: str) -> Dict[str, Any]:
+        """The answer to `qid` ({} when absent), refusing a reply shape that cannot be read."""
+        return answers_map(decision, self._where()).get(qid, {})
+
+    def _chosen(self, answer: Dict[str, Any]) -> Optional[str]:
+        chosen = answer.get("choice")
+        if chosen is not None and not isinstance(chosen, str):
+            raise malformed(self._where(), "'choice' must be a string, got %s"
+                            % type(chosen).__name__)
+        return chosen
+
+    def _where(self) -> str:
+        return where_of(getattr(self, "base_url", None))
+
+
+class LayaQueryRouter(DecisionControls):
+    """Send a query straight to one of several query engines (or callables), picked by one
+    choice question over their keys and descriptions; no LlamaIndex router in between.
+
+    `route` answers the key; `query` / `aquery` call that engine's `query` / `aquery` (or the
+    engine itself when it is a callable). Below `confidence_threshold` the route is
+    `fallback_key` (default: the first key), as is a choice that names no engine.
+    """
+
+    def __init__(self, query_engines: Dict[str, Any],
+                 descriptions: Optional[Dict[str, str]] = None,
+                 instructions: str = "Which query engine should handle this request?",
+                 confidence_threshold: float = 0.0, fallback_key: Optional[str] = None,
+                 agent: Any = None, base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 model: Optional[str] = None, max_len: Optional[int] = None,
+                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
+                 min_confidence: Optional[float] = None, task: Optional[str] = None,
+                 lang_guess: Any = None, hooks: Any = None, on_predict_start: Any = None,
+                 on_predict_end: Any = None, hooks_raise: Optional[bool] = None,
+                 hooks_timeout: Optional[float] = None) -> None:
+        # laya reads `.keys()` off whatever it is given and fails with AttributeError; a clear
+        # refusal naming the argument instead.
+        if not isinstance(query_engines, Mapping):
+            raise TypeError("query_engines must be a dict of key -> query engine, got %s"
+                            % type(query_engines).__name__)
+        self.query_engines = query_engines
+        self.descriptions = descriptions or {}
+        self.instructions = instructions
+        self.confidence_threshold = confidence_threshold
+        self.fallback_key = fallback_key or next(iter(query_engines.keys()), None)
+        self._keep_controls(locals())
+
+    def route(self, query: Any) -> str:
+        """The key of the engine that should answer `query` (a `str` or `QueryBundle`)."""
+        criteria = {key: self.descriptions.get(key, "Engine for %s" % key)
+                    for key in self.query_engines}
+        decision = self._decide(query_text(query), {"route": {
+            "type": "choice", "instructions": self.instructions, "criteria": criteria}})
+        answer = self._answer(decision, "route")
+        chosen = self._chosen(answer)
+        conf = gated_confidence(answer)
+        if self.confidence_threshold > 0.0 and conf < self.confidence_threshold \
+                and self.fallback_key:
+            return self.fallback_key
+        if chosen in self.query_engines:
+            return chosen
+        return self.fallback_key or next(iter(self.query_engines))
+
+    def query(self, query: Any, **kwargs: Any) -> Any:
+        """Route `query`, then answer it with that engine's `query` (or by calling it)."""
+        key = self.route(query)
+        engine = self.query_engines[key]
+        if hasattr(engine, "query"):
+            return engine.query(query, **kwargs)
+        if callable(engine):
+            return engine(query, **kwargs)
+        raise _not_an_engine(key)
+
+    async def aquery(self, query: Any, **kwargs: Any) -> Any:
+        """`query` without blocking the event loop: the decision runs in a worker thread, then
+        the engine's `aquery`, its `query` in a thread, or the callable (awaited when async)."""
+        key = await asyncio.to_thread(self.route, query)
+        engine = self.query_engines[key]
+        if hasattr(engine, "aquery"):
+            return await engine.aquery(query, **kwargs)
+        if hasattr(engine, "query"):
+            return await asyncio.to_thread(engine.query, query, **kwargs)
+        if callable(engine):
+            if inspect.iscoroutinefunction(engine):
+                return await engine(query, **kwargs)
+            return await asyncio.to_thread(engine, query, **kwargs)
+        raise _not_an_engine(key)
+
+
+def _not_an_engine(key: str) -> TypeError:
+    return TypeError("Engine registered for key %r is not callable and has no .query() method."
+                     % key)
+
+
+def __getattr__(name: str) -> Any:
+    # The selectors subclass LlamaIndex's BaseSelector, so their module imports llama-index-core:
+    # loaded on first use, with the extra to install when it is missing.
+    if name not in _SELECTORS:
+        raise AttributeError("module %r has no attribute %r" % (__name__, name))
+    try:
+        module = importlib.import_module(__name__ + "_selectors")
+    except ImportError as e:
+        if not (e.name or "").startswith("llama_index"):
+            raise
+        raise ImportError("%s needs llama-index-core, which is not installed: %s"
+                          % (name, INSTALL), name=e.name) from e
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+__all__ = ["LayaSingleSelector", "LayaMultiSelector", "LayaQueryRouter"]
