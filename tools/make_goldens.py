@@ -720,6 +720,8 @@ AREAS += ("goldens_stability.py",)  # issue 23: OptionStabilityHook and helpers 
 AREAS += ("goldens_surface.py",)  # issue 23: laya's names, presets, email, helpers, fitters (surface.json)
 AREAS += ("goldens_laya_init.py",)  # issue 23: a Laya-initialised checkpoint (laya_init.json)
 AREAS += ("goldens_llamaindex.py",)  # issue 24: LlamaIndex selectors, router (integrations_llamaindex.json)
+AREAS += ("goldens_crewai.py",)  # issue 24: CrewAI router, task guard, in .oracle-crewai (integrations_crewai.json)
+AREAS += ("goldens_mcp.py",)  # issue 24: laya-mcp-server's tools over a Router (mcp.json)
 
 
 def record_areas() -> List[str]:
