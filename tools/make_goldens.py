@@ -722,6 +722,7 @@ AREAS += ("goldens_laya_init.py",)  # issue 23: a Laya-initialised checkpoint (l
 AREAS += ("goldens_llamaindex.py",)  # issue 24: LlamaIndex selectors, router (integrations_llamaindex.json)
 AREAS += ("goldens_crewai.py",)  # issue 24: CrewAI router, task guard, in .oracle-crewai (integrations_crewai.json)
 AREAS += ("goldens_mcp.py",)  # issue 24: laya-mcp-server's tools over a Router (mcp.json)
+AREAS += ("goldens_tools.py",)  # issue 24: the tool selector (integrations_tools.json)
 
 
 def record_areas() -> List[str]:
