@@ -10,6 +10,7 @@ committed `tiny` and `multilingual-tiny` checkpoints and a `Router` over both. `
 loopback server answering fixed malformed bodies, `<serve>` laya serve under uvicorn on
 loopback (a Router whose every model is `tiny`), `<closed>` a port nothing listens on.
 
+`signatures` holds each class's constructor parameters, in order, with their defaults' repr.
 Each case is written with `result` (or null), `error` (`{"type", "message"}` or null). The
 `engine` cases put the selectors under LlamaIndex's own `RouterQueryEngine`, where laya 0.4.15
 fails (its stand-in `SelectorResult` has no `inds`): recorded as laya's error, with
@@ -18,6 +19,7 @@ the engine must route by). Checkpoint paths are written `<tiny>` / `<ml>`, URLs 
 """
 from __future__ import annotations
 
+import inspect
 import json
 import socket
 import sys
@@ -105,8 +107,11 @@ def main() -> int:
     finally:
         stub.stop()
         server.should_exit = True
+    signatures = {name: [[p.name, None if p.default is p.empty else repr(p.default)]
+                         for p in inspect.signature(getattr(mod, name)).parameters.values()]
+                  for name in ("LayaSingleSelector", "LayaMultiSelector", "LayaQueryRouter")}
     data = {"laya_version": laya.__version__, "llama_index_core_version": llama_index_version,
-            "cases": recorded, "engine": engine}
+            "signatures": signatures, "cases": recorded, "engine": engine}
     OUT.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     errors = sum(1 for c in recorded if c["error"])
     print("wrote %s: %d cases, %d refusals, %d RouterQueryEngine cases (%d fail on laya)"
