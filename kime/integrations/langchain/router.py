@@ -1,0 +1,68 @@
+"""`LayaRouter`: a LangChain runnable and LangGraph conditional edge that answers a branch label
+(laya 0.4.15's, in `laya/integrations/langchain.py`).
+
+One `choice` question (`route`) over the caller's `criteria` (label -> description). The label
+is the answer's choice, or `fallback` when a `confidence_threshold` above 0 is set and the
+answer's confidence is below it (the number core's `min_confidence` gate reads: the answer's
+`answer_confidence`, else its `confidence`; an answer with neither counts as fully confident).
+The whole decision is kept as `last_decision`.
+
+No `from __future__ import annotations`: see `base`, LangGraph reads these hints.
+"""
+from typing import Any, Dict, Optional
+
+from ...laya.confidence import _gate_confidence
+from .base import BatchedRunnable, fields_of
+from .text import StateKey
+
+
+class LayaRouter(BatchedRunnable):
+    """Routes an input to one of `criteria`'s labels: `chain | LayaRouter(...)`, or
+    `graph.add_conditional_edges(node, LayaRouter(...), {label: node, ...})`.
+
+    `batch` answers a list of inputs in one engine pass. Every other argument is as the other
+    Laya runnables take it: `state_key` (what to read of a dict input), `agent` (a `kime.load`
+    agent or a `kime.Router`) or `base_url`/`api_key` (a laya-serve-compatible server), `model`,
+    the token budgets, `lang`, `min_confidence`, the routing hints `task`/`lang_guess` (a
+    Router's), and per-call hooks (local runners only).
+    """
+
+    criteria: Dict[str, str]
+    instructions: str = "Which route should handle this request?"
+    confidence_threshold: float = 0.0
+    fallback: Optional[str] = None
+    question_id: str = "route"
+    last_decision: Optional[Dict[str, Any]] = None
+
+    def __init__(self, criteria: Dict[str, str],
+                 instructions: str = "Which route should handle this request?",
+                 confidence_threshold: float = 0.0, fallback: Optional[str] = None,
+                 state_key: StateKey = None, agent: Optional[Any] = None,
+                 base_url: Optional[str] = None, api_key: Optional[str] = None,
+                 model: Optional[str] = None, max_len: Optional[int] = None,
+                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
+                 min_confidence: Optional[float] = None, task: Optional[str] = None,
+                 lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
+                 on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
+                 hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
+                 **kwargs: Any) -> None:
+        super().__init__(**fields_of(locals()))
+        # laya's: the question id is fixed whatever was passed, and no decision is kept yet
+        self.question_id = "route"
+        self.last_decision = None
+
+    def _questions(self) -> Dict[str, Any]:
+        return {self.question_id: {"type": "choice", "instructions": self.instructions,
+                                   "criteria": self.criteria}}
+
+    def _finish(self, result: Dict[str, Any], input: Any) -> str:
+        self.last_decision = result
+        answer = result["answers"][self.question_id]
+        confidence = _gate_confidence(answer)
+        if confidence is None:
+            confidence = 1.0
+        if (self.confidence_threshold > 0.0 and confidence < self.confidence_threshold
+                and self.fallback is not None):
+            return self.fallback
+        choice: str = answer["choice"]
+        return choice
