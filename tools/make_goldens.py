@@ -723,6 +723,7 @@ AREAS += ("goldens_llamaindex.py",)  # issue 24: LlamaIndex selectors, router (i
 AREAS += ("goldens_crewai.py",)  # issue 24: CrewAI router, task guard, in .oracle-crewai (integrations_crewai.json)
 AREAS += ("goldens_mcp.py",)  # issue 24: laya-mcp-server's tools over a Router (mcp.json)
 AREAS += ("goldens_tools.py",)  # issue 24: the tool selector (integrations_tools.json)
+AREAS += ("goldens_langchain.py",)  # issue 24: LangChain/LangGraph runnables (integrations_langchain.json)
 
 
 def record_areas() -> List[str]:
