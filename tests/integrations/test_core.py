@@ -382,3 +382,46 @@ def test_guard_reads_any_answer_or_refuses_it_in_one_wording(answer: Dict[str, A
             call()
         except RuntimeError as e:
             assert str(e).startswith(guard.MALFORMED_PREFIX + " from Laya: ")
+
+
+_LAZY_PROBE = """
+import json, sys
+import kime.integrations as pkg
+before = sorted(m for m in sys.modules if m.split(".")[0] in
+                ("langchain_core", "langgraph", "llama_index", "crewai", "agno", "mcp", "torch"))
+missing = [n for n in pkg.__all__ if n not in dir(pkg)]
+found = {}
+for name in pkg.__all__:
+    try:
+        found[name] = getattr(pkg, name).__module__
+    except ImportError as e:  # a framework that is not installed here: the extra is named
+        found[name] = "ImportError: " + str(e)
+try:
+    pkg.NoSuchName
+except AttributeError as e:
+    found["<unknown>"] = str(e)
+json.dump({"before": before, "missing": missing, "found": found}, sys.stdout)
+"""
+
+
+def test_the_package_exports_every_name_lazily() -> None:
+    """`import kime.integrations` imports no framework; each of laya's names resolves from its
+    framework module (or, where the framework is absent, names the extra to install)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _LAZY_PROBE], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["before"] == [] and out["missing"] == []
+    found = out["found"]
+    assert found.pop("<unknown>") == "module 'kime.integrations' has no attribute 'NoSuchName'"
+    import kime.integrations as pkg
+
+    assert set(found) == set(pkg.__all__) and len(found) == 20
+    for name, where in found.items():
+        assert where.startswith("kime.integrations.") or "pip install 'kime[" in where, (name,
+                                                                                       where)
+    assert found["LayaLowConfidenceError"] == "kime.integrations.errors"
+    assert found["LayaToolSelector"] == "kime.integrations.tools"
