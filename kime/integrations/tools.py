@@ -208,8 +208,14 @@ class LayaToolSelector:
             raise RuntimeError("Malformed probability in decision answer from Laya: %r"
                                % (raw_probs,))
 
-        threshold = (self.confidence_threshold if self.confidence_threshold is not None
-                     else self.min_confidence)
+        threshold: Any = (self.confidence_threshold if self.confidence_threshold is not None
+                          else self.min_confidence)
+        if isinstance(threshold, dict):
+            # A per-bucket map: the runner resolved and applied it (`low_confidence`); laya
+            # compares the confidence with the map itself, a TypeError. Name what was applied.
+            applied = answer.get("abstention_threshold")
+            threshold = (float(applied) if isinstance(applied, (int, float))
+                         and not isinstance(applied, bool) else None)
         if (bool(answer.get("low_confidence")) or conf is None
                 or (threshold is not None and conf < threshold)):
             effective = conf if conf is not None else 0.0

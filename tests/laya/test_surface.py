@@ -240,8 +240,8 @@ def test_importing_kime_loads_none_of_the_surface_until_used():
     code = ("import sys, kime; mods = [m for m in sys.modules if m in ('kime.presets', "
             "'kime.email', 'kime.laya.presets', 'kime.laya.email', 'kime.laya.common', "
             "'kime.jobs', 'kime.laya.shortlist', 'kime.laya.stability', 'kime.hooks') "
-            "or m.startswith(('kime._cpu', 'kime._cuda', 'torch', 'kime.integrations', 'langchain'))]; "
-            "print(mods); "
+            "or m.startswith(('kime._cpu', 'kime._cuda', 'torch', 'kime.integrations', "
+            "'langchain'))]; print(mods); "
             "kime.presets.triage_questions(); kime.fit_one_temperature([], 1)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
