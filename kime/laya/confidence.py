@@ -130,6 +130,11 @@ def _gate_confidence(answer: Dict[str, Any]) -> Optional[float]:
     return _number(answer.get("confidence"))
 
 
+def gate_confidence(answer: Dict[str, Any]) -> Optional[float]:
+    """`_gate_confidence` under a public name, for the integrations (laya's wrappers gate on it)."""
+    return _gate_confidence(answer)
+
+
 def bucket_keys() -> Set[str]:
     """Every option-count bucket a `min_confidence` map may name (`"choice:3-5"`, `"noul:2"`, ...):
     the same spelling as the calibration's temperature buckets."""

@@ -1,0 +1,123 @@
+"""`LayaAgnoGuardrail`: screens a message before it reaches an agno agent or team, in one
+decision over guard questions (laya's `guard_questions()` preset unless given), and
+`LayaAgnoGuardrailError`, raised for a violation in `"raise"` mode. Laya 0.4.15's
+`laya.integrations.agno` is the spec: arguments, defaults, the violation rule per question type,
+the three actions and what each returns.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Dict, Optional
+
+from ..guard import answer_number, answers_map, score_violation_probability, where_of
+from .common import Controlled, require_agno
+from .members import message_text
+
+DEFAULT_REJECTION = "This message cannot be processed because it violates safety guidelines."
+
+
+class LayaAgnoGuardrailError(ValueError):
+    """A message broke a guardrail: `violations` per question id, and the `raw_decision`."""
+
+    def __init__(self, message: str, violations: Dict[str, Any], raw_decision: Dict[str, Any]):
+        super().__init__(message)
+        self.violations = violations
+        self.raw_decision = raw_decision
+
+
+class LayaAgnoGuardrail(Controlled):
+    """Screen agno messages for jailbreaks, injections and policy violations without an LLM.
+
+    A `noul` answer violates when its probability is at least `threshold`; a `score` answer when
+    the probability of the upper half of its scale is; other types never do.
+
+    Args:
+        questions: the guard questions; None means `kime.presets.guard_questions()`.
+        action: `"raise"` (raise `LayaAgnoGuardrailError`), `"filter"` (return
+            `rejection_message` instead of a violating message) or `"annotate"` (return the
+            message with a `guardrail` record: a dict message gains the key, any other is
+            wrapped as `{"message": ..., "guardrail": ...}`). Any other value passes every
+            message through unchanged, as laya does.
+        rejection_message: what `"filter"` returns for a violating message.
+        threshold: the violation probability, in [0, 1] (ValueError outside it).
+        agent, base_url, api_key, model, ...: the per-call controls, as on `LayaAgnoRouter`.
+    """
+
+    def __init__(self, questions: Optional[Dict[str, Any]] = None, action: str = "raise",
+                 rejection_message: str = DEFAULT_REJECTION, threshold: float = 0.5,
+                 agent: Optional[Any] = None, base_url: Optional[str] = None,
+                 api_key: Optional[str] = None, model: Optional[str] = None,
+                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
+                 lang: Optional[str] = None, min_confidence: Optional[float] = None,
+                 task: Optional[str] = None, lang_guess: Optional[Any] = None,
+                 hooks: Optional[Any] = None, on_predict_start: Optional[Any] = None,
+                 on_predict_end: Optional[Any] = None, hooks_raise: Optional[bool] = None,
+                 hooks_timeout: Optional[float] = None):
+        require_agno()
+        # The chained comparison itself, so a non-number fails as laya's does (TypeError).
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError("threshold must be a probability in [0, 1]; got %r" % (threshold,))
+        self.questions = questions
+        self.action = action
+        self.rejection_message = rejection_message
+        self.threshold = threshold
+        self._keep_controls(locals())
+
+    def _questions(self) -> Dict[str, Any]:
+        if self.questions is not None:
+            return self.questions
+        from ...laya.presets import guard_questions
+        return guard_questions()
+
+    def _violations(self, answers: Dict[str, Dict[str, Any]],
+                    qdefs: Dict[str, Any]) -> Dict[str, Any]:
+        origin = where_of(self.base_url)
+        found: Dict[str, Any] = {}
+        for qid, answer in answers.items():
+            kind = answer.get("type")
+            if kind == "noul":
+                probability = answer_number(answer, "noul", origin)
+                if probability >= self.threshold:
+                    found[qid] = {"probability": probability,
+                                  "confidence": answer.get("confidence", 0.0)}
+            elif kind == "score":
+                levels = len(qdefs.get(qid, {}).get("criteria") or [])
+                p_violation = score_violation_probability(answer, levels)
+                if p_violation >= self.threshold:
+                    found[qid] = {"score": answer.get("score", 0.0),
+                                  "probability": round(p_violation, 4),
+                                  "confidence": answer.get("confidence", 0.0)}
+        return found
+
+    def screen(self, message: Any) -> Any:
+        """Screen `message` (a string, an agno `RunResponse`/`Message`, a dict).
+
+        Returns the message itself when it passes (or in an unknown action), the rejection
+        message (`"filter"`), or the annotated message (`"annotate"`). Raises
+        `LayaAgnoGuardrailError` in `"raise"` mode for a violation, RuntimeError for an answer that
+        cannot be read.
+        """
+        qdefs = self._questions()
+        res = self._decide(message_text(message), qdefs)
+        answers = answers_map(res, where_of(self.base_url))
+        violations = self._violations(answers, qdefs)
+        passed = not violations
+        if not passed and self.action == "raise":
+            raise LayaAgnoGuardrailError(
+                "Laya Agno guardrail policy violation detected: %s" % (list(violations),),
+                violations=violations, raw_decision=res)
+        if not passed and self.action == "filter":
+            return self.rejection_message
+        if self.action == "annotate":
+            record = {"passed": passed, "violations": violations, "answers": answers}
+            if isinstance(message, dict):
+                return dict(message, guardrail=record)
+            return {"message": message, "guardrail": record}
+        return message
+
+    def __call__(self, message: Any) -> Any:
+        return self.screen(message)
+
+    async def ascreen(self, message: Any) -> Any:
+        """`screen` in a worker thread, so the event loop keeps running."""
+        return await asyncio.to_thread(self.screen, message)
