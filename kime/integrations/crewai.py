@@ -8,10 +8,11 @@ questions) and raises, filters or annotates. Both answer on `agent=` (a `kime.lo
 `kime.Router`), on a laya-serve-compatible server (`base_url=`/`api_key=`), or on the shared
 default Router (`kime.integrations.runner`).
 
-Nothing here imports crewai: laya reads a CrewAI `Agent`/`Task` only through attributes (`role`,
-`goal`, `description`, `expected_output`, `agent`), so dicts, strings and plain objects route the
-same way. `CrewAgent`/`CrewTask` (crewai's `Agent`/`Task`, as laya's module exposes them) import
-crewai on first use and name `pip install 'kime[crewai]'` when it is missing.
+laya reads a CrewAI `Agent`/`Task` only through attributes (`role`, `goal`, `description`,
+`expected_output`, `agent`), so dicts, strings and plain objects route the same way, and nothing
+here imports crewai (its import takes seconds): constructing either class only checks that it is
+installed, and without it is an ImportError naming `pip install 'kime[crewai]'`, as is
+`CrewAgent`/`CrewTask` (crewai's `Agent`/`Task`, which laya's module exposes under those names).
 
 Where kime differs from laya, on purpose: a `LayaTaskGuard` handed to CrewAI as a task guardrail
 (`crewai.Task(guardrail=guard)`) works. CrewAI 1.15 calls a guardrail with the task's
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import importlib.util
 import math
 import sys
 from dataclasses import dataclass
@@ -48,12 +50,20 @@ _CREW_OUTPUTS = (("crewai.tasks.task_output", "TaskOutput"),
                  ("crewai.lite_agent_output", "LiteAgentOutput"))
 
 
+def _missing() -> ImportError:
+    return ImportError("CrewAI is not installed: %s (crewai>=1.15,<1.16)" % INSTALL_HINT)
+
+
+def require_crewai() -> None:
+    """Raise an ImportError naming the extra when crewai is not installed. Looks the package up
+    without importing it (importing crewai takes seconds; nothing here needs its code)."""
+    if importlib.util.find_spec("crewai") is None:
+        raise _missing()
+
+
 def _crewai() -> Any:
-    try:
-        return importlib.import_module("crewai")
-    except ImportError as exc:
-        raise ImportError("CrewAI is not installed: %s (crewai>=1.15,<1.16)"
-                          % INSTALL_HINT) from exc
+    require_crewai()
+    return importlib.import_module("crewai")
 
 
 def __getattr__(name: str) -> Any:
@@ -196,6 +206,7 @@ class LayaCrewRouter(_Decides):
                  lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
                  on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
                  hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None) -> None:
+        require_crewai()
         self.instructions = instructions
         self.confidence_threshold = confidence_threshold
         self.fallback_agent_index = fallback_agent_index
@@ -292,12 +303,17 @@ class LayaTaskGuard(_Decides):
                  hooks: Optional[Any] = None, on_predict_start: Optional[Any] = None,
                  on_predict_end: Optional[Any] = None, hooks_raise: Optional[bool] = None,
                  hooks_timeout: Optional[float] = None) -> None:
+        require_crewai()
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be a probability in [0, 1]; got %r" % (threshold,))
         self.questions = questions
         self.action = action
         self.rejection_message = rejection_message
         self.threshold = threshold
+        # CrewAI's guardrail event reads the guardrail's source (inspect.getsource), which a
+        # callable object has none of; getsource unwraps `__wrapped__` first, so it reads
+        # `__call__`'s. Without this, `Task(guardrail=guard)` fails once the task runs.
+        self.__wrapped__ = self.__call__
         self._controls(agent, base_url, api_key, model, max_len, head_max_len, lang,
                        min_confidence, task, lang_guess, hooks, on_predict_start, on_predict_end,
                        hooks_raise, hooks_timeout)
