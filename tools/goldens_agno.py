@@ -280,9 +280,9 @@ def scrub(value: Any) -> Any:
     return json.loads(text)
 
 
-def signatures(module: Any) -> Dict[str, str]:
+def signatures(module: Any) -> Dict[str, Any]:
     """Each public callable's signature, as `inspect.signature` prints it."""
-    out = {}
+    out: Dict[str, Any] = {}
     for cls_name in ("LayaAgnoRouter", "LayaAgnoGuardrail"):
         cls = getattr(module, cls_name)
         for name in ("__init__", "route", "route_team", "run", "__call__", "aroute",
