@@ -7,6 +7,9 @@ checkpoint of `--shape` (`base`: the published English shape, max_len 512, head_
 - `langchain.router_invoke`: one `LayaRouter.invoke` of a support message over five routes
   (`kime.integrations.langchain.LayaRouter` on `kime.load(...)` against
   `laya.integrations.langchain.LayaRouter` on laya's `Agent`).
+- `mcp.predict`: one MCP `laya_predict` tool call in process, routing included (`kime.mcp.tools`
+  over a `kime.Router` against `laya.mcp.tools` over laya's torch `Router`, the checkpoint
+  registered as `english` on both), with the JSON text the server would send.
 
 kime's answer cache is off, so every call runs the model. Laya runs in the peer interpreter
 (`bench.peers`: `--peer-python`, `$KIME_BENCH_PEER_PYTHON`, or the oracle environment), in a side
@@ -112,10 +115,55 @@ router = LayaRouter(criteria=req["criteria"], agent=Agent(req["path"], device="c
 seconds, result = timed(lambda: (router.invoke(req["state"]), router.last_decision)[1])
 """
 
+# --- mcp.predict ---------------------------------------------------------------------------------
+
+MCP_QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team should handle this?",
+             "criteria": ROUTES},
+    "urgency": {"type": "score", "instructions": "How urgent is it?",
+                "criteria": ["not urgent", "this week", "today", "right now"]},
+    "refund": {"type": "noul", "instructions": "The customer asks for a refund."}}
+
+
+def _kime_mcp_predict(req: Dict[str, Any]) -> Tuple[List[float], Any]:
+    import kime
+    from kime.mcp import tools
+
+    router = kime.Router(models={"english": req["path"]}, device="cpu",
+                         agent_kwargs={"threads": req["threads"], "precision": req["precision"],
+                                       "answer_cache": 0})
+    router.preload(["english"])
+    try:
+        def call() -> Any:  # the tool's dict and the JSON text the server sends
+            out = tools.run_tool(tools.laya_predict, state=req["state"],
+                                 questions=req["questions"], router=router)
+            json.dumps(out, ensure_ascii=False, indent=2)
+            return out
+
+        return timed(call, req["warmup"], req["repeat"])
+    finally:
+        router.unload()
+
+
+_PEER_MCP_PREDICT = r"""
+from laya.mcp import tools as T
+router = laya.Router(models={"english": req["path"]}, device="cpu")
+router.preload(["english"])
+def call():
+    out = T.laya_predict(req["state"], req["questions"], router=router)
+    json.dumps(out, ensure_ascii=False, indent=2)
+    return out
+seconds, result = timed(call)
+"""
+
 MEASUREMENTS: Dict[str, Measurement] = {
     "langchain.router_invoke": Measurement(
         "langchain.router_invoke", "one LayaRouter.invoke: a support message, 5 routes",
         {"state": TICKET, "criteria": ROUTES}, _kime_router_invoke, _PEER_ROUTER_INVOKE),
+    "mcp.predict": Measurement(
+        "mcp.predict", "one MCP laya_predict tool call in process (its JSON included): a "
+        "routed Router, 3 questions", {"state": {"message": TICKET}, "questions": MCP_QUESTIONS},
+        _kime_mcp_predict, _PEER_MCP_PREDICT),
 }
 """Every measurement, by name, in the order they run and print."""
 
