@@ -19,8 +19,8 @@ from llama_index.core.selectors import BaseSelector, SelectorResult, SingleSelec
 
 from .errors import LayaLowConfidenceError
 from .guard import malformed, probability_map
-from .llamaindex import (DecisionControls, choice_criteria, choice_name, gated_confidence,
-                         query_text)
+from .llamaindex_common import (DecisionControls, choice_criteria, choice_name,
+                                gated_confidence, query_text)
 
 
 class _LayaSelector(DecisionControls, BaseSelector):

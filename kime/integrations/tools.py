@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from ..laya.confidence import _gate_confidence, check_min_confidence
+from ..laya.confidence import gate_confidence, check_min_confidence
 from .errors import LayaLowConfidenceError
 from .runner import execute_decision
 
@@ -198,7 +198,7 @@ class LayaToolSelector:
             raise RuntimeError("Malformed decision answer from Laya: %r" % (answer,))
 
         chosen = answer.get("choice")
-        conf = _gate_confidence(answer)
+        conf = gate_confidence(answer)
         raw_probs = answer.get("probabilities", {})
         probabilities = _named_probabilities(raw_probs, lookup)
         if probabilities is None:

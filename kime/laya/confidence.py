@@ -121,18 +121,14 @@ def answer_confidence_value(answer: Dict[str, Any]) -> Optional[float]:
     return _number(answer.get("answer_confidence"))
 
 
-def _gate_confidence(answer: Dict[str, Any]) -> Optional[float]:
+def gate_confidence(answer: Dict[str, Any]) -> Optional[float]:
     """What the gate compares: `answer_confidence`, else the older `confidence` (so an answer
-    carrying only that is still gated), else None (nothing usable to gate on)."""
+    carrying only that is still gated), else None (nothing usable to gate on). The integrations
+    gate on it too, as laya's wrappers do."""
     conf = answer_confidence_value(answer)
     if conf is not None:
         return conf
     return _number(answer.get("confidence"))
-
-
-def gate_confidence(answer: Dict[str, Any]) -> Optional[float]:
-    """`_gate_confidence` under a public name, for the integrations (laya's wrappers gate on it)."""
-    return _gate_confidence(answer)
 
 
 def bucket_keys() -> Set[str]:
@@ -236,7 +232,7 @@ def flag_low_confidence(results: List[Dict[str, Any]], min_confidence: MinConfid
     again at a laxer threshold must not keep a stale flag; 0.0 clears them all). The answer's
     own values are left as they are."""
     for a in _answers(results):
-        conf = _gate_confidence(a)
+        conf = gate_confidence(a)
         if conf is None:
             a.pop("low_confidence", None)
             continue
@@ -264,7 +260,7 @@ def apply_confidence_gate(results: List[Dict[str, Any]],
     for a in _answers(results):
         if a.get("low_confidence"):
             a["abstention"] = GATE_ABSTAINED
-        elif _gate_confidence(a) is None:
+        elif gate_confidence(a) is None:
             a["abstention"] = GATE_UNEVALUATED
         else:
             a["abstention"] = GATE_PASSED

@@ -44,6 +44,7 @@ from llama_index.core.tools import ToolMetadata  # noqa: E402
 
 from kime.integrations import LayaLowConfidenceError  # noqa: E402
 from kime.integrations import llamaindex as mod  # noqa: E402
+from kime.integrations import llamaindex_common as common  # noqa: E402
 
 GOLDEN = json.loads((GOLDENS / "integrations_llamaindex.json").read_text(encoding="utf-8"))
 CASES = {case["id"]: case for case in GOLDEN["cases"]}
@@ -211,8 +212,8 @@ def test_constructors_take_laya_arguments(name: str) -> None:
     assert ours == GOLDEN["signatures"][name]
     every = (controls.PREDICT_CONTROLS + controls.DECISION_CONTROLS + controls.HOOK_CONTROLS
              + controls.ROUTER_ONLY_CONTROLS)
-    assert set(every) | {"agent", "base_url", "api_key", "model"} == set(mod.CONTROL_NAMES)
-    assert set(mod.CONTROL_NAMES) <= {p.name for p in params}
+    assert set(every) | {"agent", "base_url", "api_key", "model"} == set(common.CONTROL_NAMES)
+    assert set(common.CONTROL_NAMES) <= {p.name for p in params}
 
 
 def test_a_keyed_kime_serve(agents: Dict[str, Any]) -> None:
@@ -275,7 +276,7 @@ def test_llama_index_is_imported_only_for_a_selector() -> None:
                                         "description": st.text(max_size=8)}),
     st.text(max_size=8)), max_size=6))
 def test_every_candidate_becomes_a_criterion(choices: Any) -> None:
-    criteria = mod.choice_criteria(choices)
+    criteria = common.choice_criteria(choices)
     assert list(criteria) == ["choice_%d" % i for i in range(len(choices))]
     for i, choice in enumerate(choices):
         name = choice.get("name") if isinstance(choice, dict) else getattr(choice, "name", None)
@@ -288,6 +289,6 @@ def test_every_candidate_becomes_a_criterion(choices: Any) -> None:
        st.one_of(st.none(), st.floats(0, 1)))
 def test_the_gate_reads_answer_confidence_then_confidence(value: Any, fallback: Any) -> None:
     answer = {"answer_confidence": value, "confidence": fallback}
-    got = mod.gated_confidence(answer)
+    got = common.gated_confidence(answer)
     usable = isinstance(value, float) and value == value and abs(value) != float("inf")
     assert got == (value if usable else fallback if fallback is not None else 1.0)

@@ -11,7 +11,7 @@ No `from __future__ import annotations`: see `base`, LangGraph reads these hints
 """
 from typing import Any, Dict, Optional
 
-from ...laya.confidence import _gate_confidence
+from ...laya.confidence import gate_confidence
 from .base import BatchedRunnable, fields_of
 from .text import StateKey
 
@@ -58,7 +58,7 @@ class LayaRouter(BatchedRunnable):
     def _finish(self, result: Dict[str, Any], input: Any) -> str:
         self.last_decision = result
         answer = result["answers"][self.question_id]
-        confidence = _gate_confidence(answer)
+        confidence = gate_confidence(answer)
         if confidence is None:
             confidence = 1.0
         if (self.confidence_threshold > 0.0 and confidence < self.confidence_threshold
