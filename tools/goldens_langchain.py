@@ -20,7 +20,9 @@ message, and a guardrail error's `violations` and `raw_decision`), the router's
 laya has on langgraph 1.2 (`laya_fault`: `add_conditional_edges` with a `LayaRouter`
 raises `NameError: name 'Dict' is not defined` while the graph is built), with what the same
 router's `invoke` answers, which kime's graph must route by (laya's runnables as graph nodes
-work, and are recorded as they run).
+work, and are recorded as they run). One more laya fault: a bare message input (what a chat
+model hands the next step) is read as its repr; for those cases (`bare_message`) laya's answer
+with the message inside a dict is recorded too (`as_content`), which is what kime answers.
 
 The driver is `tests/integrations/langchain_cases.py`, shared with kime's replay.
 """
@@ -101,9 +103,9 @@ def cases() -> List[Dict[str, Any]]:
     add("router_call", "router", "call", kwargs=r, input=BUG)
     add("router_instructions", "router", kwargs=dict(r, instructions="Who should answer?"),
         input=EN)
-    add("router_human_message", "router", kwargs=r, input=HUMAN)
-    add("router_content_blocks", "router", kwargs=r, input=BLOCKS)
-    add("router_blocks_without_text", "router", kwargs=r,
+    add("router_human_message", "router", kwargs=r, input=HUMAN, bare_message=True)
+    add("router_content_blocks", "router", kwargs=r, input=BLOCKS, bare_message=True)
+    add("router_blocks_without_text", "router", kwargs=r, bare_message=True,
         input={"<msg>": "human", "content": [{"type": "image_url", "image_url": {"url": "y"}}]})
     add("router_message_list_last_human", "router", kwargs=r,
         input=[SYSTEM, {"<msg>": "human", "content": BUG}, AI])
@@ -151,7 +153,8 @@ def cases() -> List[Dict[str, Any]]:
         attrs=["foo", "name", "question_id", "criteria", "instructions", "confidence_threshold",
                "fallback", "lang", "last_decision"])
     # batching
-    add("router_batch", "router", "batch", kwargs=r, inputs=[EN, BUG, {"input": DE}, HUMAN])
+    add("router_batch", "router", "batch", kwargs=r, inputs=[EN, BUG, {"input": DE}, HUMAN],
+        bare_message=True)
     add("router_batch_empty", "router", "batch", kwargs=r, inputs=[])
     add("router_batch_min_confidence", "router", "batch",
         kwargs=dict(r, min_confidence=0.999, confidence_threshold=0.999, fallback="human"),
@@ -232,8 +235,9 @@ def cases() -> List[Dict[str, Any]]:
         input={"messages": [HUMAN]})
     add("guard_unknown_action", "guardrail",
         kwargs={"questions": GUARD, "threshold": 0.0, "action": "shrug"}, input=JAILBREAK)
-    add("guard_message", "guardrail", kwargs={"questions": GUARD, "threshold": 0.99},
-        input=HUMAN)
+    add("guard_message", "guardrail", kwargs={"questions": GUARD, "threshold": 0.99,
+                                              "action": "annotate"}, input=HUMAN,
+        bare_message=True)
     add("guard_batch", "guardrail", "batch",
         kwargs={"questions": GUARD, "threshold": 0.45, "action": "annotate"},
         inputs=[EN, JAILBREAK, {"input": BUG}])
@@ -365,6 +369,12 @@ def main() -> int:
         recorded = []
         for case in cases():
             got = lc.run_case(module, case, runners)
+            if case.get("bare_message"):
+                # laya reads a bare message as its repr; what it reads for one inside a dict
+                # is its content, which is what kime reads for the bare one
+                wrapped = dict(case, **{k: lc.wrap_messages(case[k]) for k in ("input", "inputs")
+                                        if k in case})
+                got["as_content"] = lc.run_case(module, wrapped, runners)
             recorded.append(scrub(dict(case, **got)))
             print("%-40s %s" % (case["id"], "error: " + got["error"]["type"]
                                 if "error" in got else "ok"), flush=True)

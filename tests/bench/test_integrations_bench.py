@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("langchain_core")
 
-from bench import integrations  # noqa: E402
+from bench import integrations
 
 
 def test_integrations_bench_runs_without_peers(tmp_path: Path,

@@ -102,6 +102,16 @@ def build_input(spec: Any) -> Any:
     return spec
 
 
+def wrap_messages(spec: Any) -> Any:
+    """An input spec with each bare message (the input itself, or an item of a batch) put in
+    a dict as its `input`: where laya reads a message's content."""
+    if isinstance(spec, dict) and "<msg>" in spec:
+        return {"input": spec}
+    if isinstance(spec, list):
+        return [wrap_messages(item) for item in spec]
+    return spec
+
+
 def _kwargs(raw: Dict[str, Any], runners: Dict[str, Any], runner: Optional[str],
             recorder: Recorder) -> Dict[str, Any]:
     out: Dict[str, Any] = {}

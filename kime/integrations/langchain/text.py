@@ -5,7 +5,9 @@ An input is a string, a message (anything with `.content`), a list of messages, 
 list (`[{"type": "text", "text": ...}, ...]`), or a dict: its `state_key` (a key, or a function
 of the whole input), else the first of `input`, `text`, `query`, `prompt`, `message`, `body`,
 `content`, else its `messages` list, else the dict itself (a JSON state). From a message list the
-latest human/user turn is read, else the last. Anything else is `str(input)`. A content-block
+latest human/user turn is read, else the last. A bare message is its content (laya reads the
+repr of one, `content=... additional_kwargs=... id=...`, which changes with every run id; here
+it reads as it does inside a dict or a list). Anything else is `str(input)`. A content-block
 list with no text in it is handed back as it came, so a structured state reaches the model as
 the caller shaped it rather than as a Python repr. No LangChain import: messages are read by
 their attributes.
@@ -78,4 +80,8 @@ def extract_text(value: Any, state_key: StateKey = None) -> Any:
     if isinstance(value, list):
         text = content_text(value)
         return text if text is not value else from_messages(value)
+    if hasattr(value, "content"):
+        # A bare message (`chat_model | LayaGuardrail(...)` hands one over) is its content.
+        # laya falls through to str() here and scores the repr, run id and metadata included.
+        return content_text(value.content)
     return str(value)
