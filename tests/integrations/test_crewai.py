@@ -469,3 +469,31 @@ def test_server_answer_readings(canned: Any, reply: str, index: int, confidence:
     decision = LayaCrewRouter(base_url=url).route("hi", ["a", "b", "c"])
     assert (decision.agent_index, decision.agent, decision.confidence) == (
         index, "abc"[index], confidence)
+
+
+def test_threshold_and_task_text_properties() -> None:
+    """The guard's threshold is refused, naming it, exactly outside [0, 1] (NaN included), and a
+    task's text is read the same from a dict as from an object carrying the same fields."""
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+
+    @hypothesis.given(st.floats(allow_nan=True, allow_infinity=True))
+    @hypothesis.settings(max_examples=200, deadline=None)
+    def threshold(value: float) -> None:
+        if 0.0 <= value <= 1.0:
+            assert LayaTaskGuard(threshold=value).threshold == value
+        else:
+            with pytest.raises(ValueError, match=r"^threshold must be a probability in \[0, 1\]"):
+                LayaTaskGuard(threshold=value)
+
+    @hypothesis.given(st.text(), st.text())
+    @hypothesis.settings(max_examples=200, deadline=None)
+    def task_text(description: str, expected: str) -> None:
+        fields = {"description": description, "expected_output": expected}
+        text = module.task_text(fields)
+        assert text == module.task_text(cc.build_task({"object": fields}))
+        assert text == (description if not expected
+                        else "%s (Expected output: %s)" % (description, expected))
+
+    threshold()
+    task_text()
