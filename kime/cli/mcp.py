@@ -13,7 +13,15 @@ import os
 import sys
 from typing import List, Optional
 
-from .exits import UsageError
+from .exits import UsageError, error_line, exit_code
+
+DESCRIPTION = ("laya-mcp-server's ten MCP tools (laya_predict, laya_route, laya_predict_batch, "
+               "laya_route_batch, laya_shortlist, laya_tournament, laya_preset, laya_decide, "
+               "laya_predict_long, laya_status) over stdio or streamable HTTP, answered by a "
+               "kime Router in this process or by a laya-serve-compatible server (--base-url). "
+               "Model settings as kime serve's: flags > KIME_* / LAYA_* environment > --config "
+               "> defaults; LAYA_MODELS unset preloads english and multilingual, as laya's MCP "
+               "server does.")
 
 LIMIT_ENV = "KIME_MCP_MAX_STATE_CHARS"
 
@@ -68,22 +76,31 @@ def _state_limit(flag: Optional[str]) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     """`kime-mcp-server`: laya-mcp-server's console script on kime, `kime mcp` with `argv`
     (none: stdio, configured by the environment, as laya's is)."""
-    from . import main as kime_main
-
-    return kime_main(["mcp", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(prog="kime-mcp-server", description=DESCRIPTION)
+    parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return _mcp(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as e:  # one line and an exit code, as `kime` reports a failed command
+        if args.verbose:
+            raise
+        print(error_line(e), file=sys.stderr)
+        return exit_code(e)
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add `mcp` to `kime`'s subcommands (an argparse subparsers action)."""
     m = sub.add_parser("mcp", help="serve laya-mcp-server's MCP tools (needs kime[mcp])",
-                       description="laya-mcp-server's ten MCP tools (laya_predict, laya_route, "
-                       "laya_predict_batch, laya_route_batch, laya_shortlist, laya_tournament, "
-                       "laya_preset, laya_decide, laya_predict_long, laya_status) over stdio or "
-                       "streamable HTTP, answered by a kime Router in this process or by a "
-                       "laya-serve-compatible server (--base-url). Model settings as kime "
-                       "serve's: flags > KIME_* / LAYA_* environment > --config > defaults; "
-                       "LAYA_MODELS unset preloads english and multilingual, as laya's MCP "
-                       "server does.")
+                       description=DESCRIPTION)
+    add_arguments(m)
+
+
+def add_arguments(m: argparse.ArgumentParser) -> None:
+    """`kime mcp`'s flags: the transport, the remote server, the state cap, and the `kime
+    serve` settings in `SETTINGS`; the command's handler as `run`."""
     m.add_argument("--transport", choices=("stdio", "http"), default="stdio",
                    help="stdio (default: a client starts this process) or streamable HTTP on "
                    "--host/--port at --path, behind the bearer keys when any is configured")

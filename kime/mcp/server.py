@@ -63,17 +63,21 @@ class BearerKeys:
         return AccessToken(token=token, client_id="kime-mcp", scopes=[]) if ok else None
 
 
-def build_server(runner: Runner, keys: Sequence[str] = (), issuer_url: Optional[str] = None
-                 ) -> MCPServer:
+def build_server(runner: Runner, keys: Sequence[str] = (), issuer_url: Optional[str] = None,
+                 log_level: str = "warning") -> MCPServer:
     """The MCP server with the ten tools over `runner`; `keys` (with `issuer_url`, the
-    server's own URL) put the streamable HTTP endpoint behind bearer authentication."""
+    server's own URL) put the streamable HTTP endpoint behind bearer authentication.
+    `log_level` is the SDK's (uvicorn's names; `trace` reads as debug)."""
     auth = verifier = None
     if keys:
         auth = AuthSettings(issuer_url=issuer_url or "http://127.0.0.1",  # type: ignore[arg-type]
                             resource_server_url=None)
         verifier = BearerKeys(keys)
-    server: MCPServer = MCPServer("laya", version=__version__, auth=auth,
-                                  token_verifier=verifier)
+    level = log_level.strip().upper().replace("TRACE", "DEBUG")
+    server: MCPServer = MCPServer(
+        "laya", version=__version__, auth=auth, token_verifier=verifier,
+        log_level=level if level in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+        else "WARNING")  # type: ignore[arg-type]
     _register(server, runner)
     return server
 
@@ -263,11 +267,11 @@ def run(runner: Runner, transport: str = "stdio", host: str = "127.0.0.1", port:
                   file=sys.stderr)
     try:
         if transport == "stdio":
-            build_server(runner).run()
+            build_server(runner, log_level=log_level).run()
             return
         import uvicorn
 
-        server = build_server(runner, keys, "http://%s:%d" % (host, port))
+        server = build_server(runner, keys, "http://%s:%d" % (host, port), log_level)
         app = server.streamable_http_app(streamable_http_path=path, host=host)
         uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:

@@ -407,3 +407,21 @@ def test_missing_sdk_names_the_extra(tmp_path: Path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=str(paths.ROOT), env=_env())
     assert "pip install 'kime[mcp]'" in out.stdout, out.stderr
+
+
+@pytest.mark.parametrize("argv, env, said", [
+    (["--base-url", "ftp://example.com"], {}, "base_url must be an HTTP(S) server URL"),
+    (["--max-state-chars", "-3"], {}, "invalid flag value '-3' for max_state_chars"),
+    ([], {"KIME_MCP_MAX_STATE_CHARS": "many"}, "invalid KIME_MCP_MAX_STATE_CHARS 'many'"),
+    (["--threads", "-1"], {}, "invalid flag value '-1' for threads"),
+])
+def test_console_script_refuses_bad_settings(argv, env, said, monkeypatch, capsys):
+    from kime.cli.mcp import main
+
+    for name in list(os.environ):
+        if name.startswith(("KIME_", "LAYA_")):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    assert said in capsys.readouterr().err
