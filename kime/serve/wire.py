@@ -8,7 +8,8 @@ score: those and `legend`, `score` in place of `choice`; noul: `noul` alone) and
 two token counts. Everything Laya adds -- `routing`, `action`, `answer_confidence`, a noul's
 `confidence`, the gate's fields, `x_` fields, the truncation facts -- is left out, which is
 what a client validating against the contract with no extra fields needs. Nothing is
-recomputed, and an answer of an unknown shape passes through unchanged.
+recomputed, and an answer of an unknown shape passes through unchanged; a field an answer
+lacks is left out.
 """
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ def strict(result: Result) -> Result:
     for qid, answer in (result.get("answers") or {}).items():
         kind = answer.get("type") if isinstance(answer, dict) else None
         fields = _STRICT_FIELDS.get(kind) if isinstance(kind, str) else None
-        answers[qid] = answer if fields is None else {key: answer[key] for key in fields}
+        # A field the answer lacks (a start hook's own result) is left out, not a KeyError (a 500).
+        answers[qid] = answer if fields is None else {key: answer[key] for key in fields
+                                                      if key in answer}
     usage = result.get("usage") or {}
-    return {"model": result["model"], "answers": answers,
+    return {"model": result.get("model"), "answers": answers,
             "usage": {"input_tokens": usage.get("input_tokens", 0),
                       "output_tokens": usage.get("output_tokens", 0)}}
 
