@@ -15,12 +15,13 @@ A plan fixes its slot count, so a batch that does not fill it is padded (layout.
 gap slots are rows of their own that no real row can see, so a row's bits do not depend on what
 else the batch holds. Running out of device memory while building a plan splits the batch into
 smaller ones; it never falls back to the CPU. `close()` frees the weights and plans and returns
-the memory to the device; a run after it raises `BackendError`.
+the memory to the device; a run after it raises `BackendError`. An embedding batch
+(`Batch.embed`) runs in the same plans, through the plan's embedding mode (embed.py).
 """
 from __future__ import annotations
 
 import types
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 import numpy as np
 
@@ -31,8 +32,9 @@ from ..checkpoint import Checkpoint
 from ..errors import BackendError, BadOption, Unsupported
 from ..graph import Linear, Norm, rope_half_tables
 from .device import open_cupy
+from .embed import EmbedMode
 from .gemm import Gemm, GemmCall
-from .kernels import Kernels, Launch
+from .kernels import Kernels, Launch, capture
 from .layout import SLACK, Layout, aligned_tokens, buffer_ints, offsets, pick_cap, plan_caps
 
 Op = Union[Launch, GemmCall]
@@ -54,7 +56,7 @@ def sub_batch(batch: Batch, start: int, stop: int) -> Batch:
     ma, mb = int(batch.mcu[start]), int(batch.mcu[stop])
     return Batch(ids=batch.ids[a:b], cu=batch.cu[start:stop + 1] - a,
                  markers=batch.markers[ma:mb], mcu=batch.mcu[start:stop + 1] - ma,
-                 qtype=batch.qtype[start:stop])
+                 qtype=batch.qtype[start:stop], embed=batch.embed)
 
 
 def halve(batch: Batch) -> int:
@@ -108,33 +110,36 @@ class Plan:
         self.ops: List[Op] = self._lower()
         self.graph: Any = None
         self.graph_error: Optional[str] = None
+        self.embedding: Optional[EmbedMode] = None
+        """The embedding mode (embed.py), built on the plan's first embedding batch."""
 
     @property
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.device_arrays) + sum(
             int(p.size()) for p in self._pinned)
 
-    def _lower(self) -> List[Op]:
-        """The forward pass as a flat list of launches, every address and size bound. Each norm
-        after the first is fused into the residual add before it (`add_norm`), so the lowering
-        looks one block ahead for the norm that opens it."""
+    def _mm(self, ops: List[Op]) -> Callable[[Any, Linear, Any], None]:
+        """Appends to `ops` the GEMM of a linear layer over every slot."""
         o = self.owner
-        g, w, k, gemm = o.graph, o.weights, o.compiled, o.gemm
+        return lambda src, lin, dst: ops.append(o.gemm.call(
+            src, o.weights[lin.weight], dst, self.cap, lin.n_out, lin.n_in, lin.weight,
+            o.gemm_rows))
+
+    def _norm_args(self, norm: Optional[Norm]) -> Tuple[Any, Any, float]:
+        """weight, bias, eps; no norm is null pointers, which the kernel skips."""
+        w = self.owner.weights
+        return (None, None, 0.0) if norm is None else (w[norm.weight], w.get(norm.bias), norm.eps)
+
+    def lower_encoder(self, ops: List[Op], zero_type: Any = None) -> None:
+        """The encoder's launches into `ops`, up to its final norm: fused with the question-type
+        embedding and the first head norm for decisions; for an embedding (`zero_type`, a zero
+        type table) the final norm alone, leaving the last hidden state in `x`."""
+        o = self.owner
+        g, w, k = o.graph, o.weights, o.compiled
         d, n = g.hidden, self.cap
         x, h, y, big, mid = self.x, self.h, self.y, self.big, self.mid
         f = self.fields
-        ops: List[Op] = []
-
-        def mm(src: Any, lin: Linear, dst: Any) -> None:
-            ops.append(gemm.call(src, w[lin.weight], dst, n, lin.n_out, lin.n_in, lin.weight,
-                                 o.gemm_rows))
-
-        def norm_args(norm: Optional[Norm]) -> Tuple[Any, Any, float]:
-            """weight, bias, eps; no norm is null pointers, which the kernel skips."""
-            if norm is None:
-                return None, None, 0.0
-            return w[norm.weight], w.get(norm.bias), norm.eps
-
+        mm, norm_args = self._mm(ops), self._norm_args
         ops.append(k.embed_norm(f["ids"], w[g.embedding], *norm_args(g.emb_norm), n, d, x, h))
         for i, layer in enumerate(g.layers):
             att = layer.attention
@@ -152,10 +157,26 @@ class Plan:
             bias = w.get(layer.down.bias)
             if i + 1 < len(g.layers):
                 ops.append(k.add_norm(x, y, bias, *norm_args(g.layers[i + 1].norm), n, d, h))
+            elif zero_type is not None:  # an embedding: the final norm alone
+                ops.append(k.final_norm(x, y, bias, *norm_args(g.final_norm), zero_type,
+                                        f["qtok"], None, None, 0.0, n, d, h))
             else:
                 first = g.head[0].norm if g.head else None
                 ops.append(k.final_norm(x, y, bias, *norm_args(g.final_norm), w[g.type_emb],
                                         f["qtok"], *norm_args(first), n, d, h))
+
+    def _lower(self) -> List[Op]:
+        """The forward pass as a flat list of launches, every address and size bound. Each norm
+        after the first is fused into the residual add before it (`add_norm`), so the lowering
+        looks one block ahead for the norm that opens it."""
+        o = self.owner
+        g, w, k = o.graph, o.weights, o.compiled
+        d, n = g.hidden, self.cap
+        x, h, y, big = self.x, self.h, self.y, self.big
+        f = self.fields
+        ops: List[Op] = []
+        mm, norm_args = self._mm(ops), self._norm_args
+        self.lower_encoder(ops)
         for j, layer in enumerate(g.head):
             att = layer.attention
             mm(h, layer.qkv, big)
@@ -184,27 +205,30 @@ class Plan:
             op()
 
     def _capture(self) -> None:
-        stream = self.owner.stream
-        stream.begin_capture()
-        try:
-            self.forward()
-        except Exception as e:
-            try:
-                stream.end_capture()
-            except Exception:
-                pass
-            self.graph_error = "%s: %s" % (type(e).__name__, e)
-            return
-        self.graph = stream.end_capture()
+        self.graph, self.graph_error = capture(self.owner.stream, self.ops)
+
+    def embed_mode(self) -> EmbedMode:
+        """The plan's embedding mode, built (its buffers allocated) on first use."""
+        if self.embedding is None:
+            self.embedding = EmbedMode(self)
+        return self.embedding
+
+    def fill(self, batch: Batch) -> Tuple[int, int]:
+        """Lay the batch into the slots and enqueue the metadata's upload: (markers, rows)."""
+        markers, rows = self.layout.fill(batch)
+        runtime, stream = self.owner.cupy.cuda.runtime, self.owner.stream
+        runtime.memcpyAsync(self.meta.data.ptr, self.layout.buffer.ctypes.data,
+                            4 * self.layout.buffer.size, runtime.memcpyHostToDevice, stream.ptr)
+        return markers, rows
 
     def run(self, batch: Batch, graphs: bool) -> Outputs:
         """Lay the batch in, run, and return views of the pinned outputs (valid until the next
         run of this plan)."""
-        markers, rows = self.layout.fill(batch)
+        if batch.embed:
+            return self.embed_mode().run(batch, graphs)
+        markers, rows = self.fill(batch)
         cp, stream = self.owner.cupy, self.owner.stream
         runtime = cp.cuda.runtime
-        runtime.memcpyAsync(self.meta.data.ptr, self.layout.buffer.ctypes.data,
-                            4 * self.layout.buffer.size, runtime.memcpyHostToDevice, stream.ptr)
         if not graphs or self.graph_error is not None:
             self.forward()
         elif self.graph is None:
@@ -329,9 +353,6 @@ class CudaBackend:
     # --- running -------------------------------------------------------------------------------
 
     def run(self, batch: Batch) -> Outputs:
-        if batch.embed:
-            raise Unsupported("embeddings (Kime.embed) do not run on the CUDA backend yet; load "
-                              "the model with device='cpu' to embed")
         with self._device, self.stream:
             return self._run(batch)
 
@@ -352,6 +373,8 @@ class CudaBackend:
             return self._run_halves(batch)
         try:
             plan = self.plan(cap)
+            if batch.embed:
+                plan.embed_mode()  # its buffers too, so running out of memory splits the batch
         except Exception as e:
             if not self._is_oom(e):
                 raise
@@ -370,7 +393,11 @@ class CudaBackend:
         cut = halve(batch)
         first = self._run(sub_batch(batch, 0, cut))
         logits, act = first.logits.copy(), first.act.copy()  # the next run reuses the buffers
+        pooled = None if first.pooled is None else first.pooled.copy()
         second = self._run(sub_batch(batch, cut, batch.rows))
+        if pooled is not None and second.pooled is not None:
+            return Outputs(logits=logits, act=act,
+                           pooled=np.concatenate([pooled, second.pooled]))
         return Outputs(logits=np.concatenate([logits, second.logits]),
                        act=np.concatenate([act, second.act]))
 

@@ -474,6 +474,22 @@ extern "C" __global__ void gather_norm(const float* x, const int* mtok, const fl
     norm_row(v, d, w, b, eps, scratch, out + k * d, 0);
 }
 
+// An embedding: out[r] = the mean of x over row r's slots, rfirst[r] up to hi[rfirst[r]] (x is
+// the encoder's last hidden state, after its final norm). One block per row, a thread per column,
+// the sum in double in slot order: the same bits in any batch. Rows past the batch repeat row 0;
+// an empty row at the end of a full plan (rfirst == n) sums nothing, its count clamped at 1.
+extern "C" __global__ void mean_pool(const float* x, const int* rfirst, const int* hi, int n,
+                                     int d, float* out) {
+    const long r = blockIdx.x;
+    const int lo = rfirst[r], end = lo < n ? hi[lo] : lo;
+    const double count = end > lo ? (double)(end - lo) : 1.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        double s = 0.0;
+        for (int t = lo; t < end; ++t) s += x[(long)t * d + i];
+        out[r * d + i] = (float)(s / count);
+    }
+}
+
 // One logit per marker: w3 . gelu(s1[k] + b1) + b3. One warp per marker, a fixed-order sum.
 extern "C" __global__ void score(const act_t* s1, const float* b1, const float* w3, const float* b3,
                                  int d, int n, float* logits) {

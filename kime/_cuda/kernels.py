@@ -74,6 +74,22 @@ class Launch:
         return "Launch(%s, grid=%s, block=%s)" % (self.name, self.grid, self.block)
 
 
+def capture(stream: Any, ops: Sequence[Any]) -> Tuple[Any, Optional[str]]:
+    """`ops` captured on `stream` into a CUDA graph: (graph, None), or (None, why) where the
+    capture failed (the caller then runs them eagerly)."""
+    stream.begin_capture()
+    try:
+        for op in ops:
+            op()
+    except Exception as e:
+        try:
+            stream.end_capture()
+        except Exception:
+            pass
+        return None, "%s: %s" % (type(e).__name__, e)
+    return stream.end_capture(), None
+
+
 def _blocks(n: int, per: int) -> int:
     return max(1, min(-(-n // per), 65535))
 
@@ -98,7 +114,7 @@ class Kernels:
         # Load every function now: a module must not load for the first time inside a capture.
         self._fn = {name: self.module.get_function(name) for name in (
             "embed_norm", "add_norm", "final_norm", "geglu", "bias_act", "rope", "gather_norm",
-            "score", "act_head") + self.names}
+            "score", "act_head", "mean_pool") + self.names}
 
     @staticmethod
     def norm_block(d: int) -> int:
@@ -168,6 +184,13 @@ class Kernels:
             return self._launch("attention_mma<%d, %d>" % (hd, warps),
                                 (-(-n // (16 * warps)), heads), (32 * warps,), *args)
         return self._launch("attention_simple<%d>" % hd, (-(-n // 64), heads), (64,), *args)
+
+    def mean_pool(self, x: Any, rfirst: Any, hi: Any, rows: int, n: int, d: int,
+                  out: Any) -> Launch:
+        """An embedding batch's output: each of `rows` rows' mean over its slots of `x` (a plan
+        of `n` slots)."""
+        return self._launch("mean_pool", (rows,), (128,), ptr(x), ptr(rfirst), ptr(hi),
+                            np.int32(n), np.int32(d), ptr(out))
 
     # --- the heads ---------------------------------------------------------------------------
 

@@ -249,6 +249,14 @@ class FakeKernels:
             np.asarray(logits)[:n] = ref.score(_rows(s1, n, d), b1, w3, b3)
         return self._l("score", run)
 
+    def mean_pool(self, x, rfirst, hi, rows, n, d, out):
+        def run() -> None:
+            # hi[n] = n: a row starting at the plan's end is empty, as the kernel reads it.
+            bounds = np.append(np.asarray(hi)[:n], n)
+            _rows(out, rows, d)[:] = ref.mean_pool_slots(np.asarray(x).reshape(-1, d)[:n],
+                                                         np.asarray(rfirst)[:rows], bounds)
+        return self._l("mean_pool", run)
+
     def act_head(self, x, logits, mcu, rfirst, w0t, b0, w2, b2, rows, d, hidden, n_act, act):
         def run() -> None:
             mcu_h = np.asarray(mcu)[:rows + 1]

@@ -176,3 +176,87 @@ def test_every_upload_is_on_the_backend_stream(checkpoint, emulated):
     transfers = backend.cupy.transfers
     assert transfers and all(s is backend.stream for s in transfers), [
         None if s is None else "another stream" for s in transfers if s is not backend.stream]
+
+
+# --- the embedding mode (embed.py) ---------------------------------------------------------------
+
+def _embed_batch(ck, lengths, seed):
+    rng = np.random.default_rng(seed)
+    return Batch.pack_embed([rng.integers(0, ck.tokenizer.vocab_size, n).tolist()
+                             for n in lengths])
+
+
+@pytest.mark.parametrize("precision,tol", [("f32", FP32.logits), ("f16", FP16.logits)])
+def test_emulated_embedding_matches_the_reference(checkpoint, emulated, precision, tol):
+    backend = emulated(checkpoint, precision=precision, graphs=False)
+    batch = _embed_batch(checkpoint, LENGTHS, 7)
+    got = backend.run(batch)
+    want = ReferenceModel(checkpoint).run(batch).pooled
+    assert got.pooled is not None and got.pooled.shape == (batch.rows, checkpoint.hidden)
+    assert got.logits.size == 0 and got.act.shape[0] == 0
+    np.testing.assert_allclose(got.pooled, want, **tol.kw)
+
+
+def test_embedding_graph_replay_matches_eager_and_leaves_decisions_alone(checkpoint, emulated):
+    eager = emulated(checkpoint, graphs=False)
+    graphed = emulated(checkpoint, graphs=True)
+    decide = _batch(checkpoint, LENGTHS, 8)
+    before = graphed.run(decide)
+    logits, act = before.logits.copy(), before.act.copy()
+    for seed, lengths in enumerate([LENGTHS, [3, 60], [120], [9, 9, 9, 9]]):
+        batch = _embed_batch(checkpoint, lengths, seed)
+        a = eager.run(batch).pooled
+        b = graphed.run(batch).pooled
+        assert a is not None and b is not None
+        np.testing.assert_array_equal(a, b)
+    plan = graphed.plans[288]
+    assert plan.embedding is not None and plan.embedding.graph.launches == 3
+    after = graphed.run(decide)  # the plan's decision graph, after embedding batches ran in it
+    np.testing.assert_array_equal(after.logits, logits)
+    np.testing.assert_array_equal(after.act, act)
+    assert plan.graph.launches == 1 and plan.graph_error is None
+
+
+def test_an_embedding_row_alone_and_in_a_batch_agree(checkpoint, emulated):
+    backend = emulated(checkpoint, graphs=False)
+    batch = _embed_batch(checkpoint, LENGTHS, 9)
+    together = backend.run(batch).pooled
+    assert together is not None
+    together = together.copy()
+    for r in range(batch.rows):
+        alone = backend.run(cuda_backend.sub_batch(batch, r, r + 1)).pooled
+        assert alone is not None and alone.shape == (1, checkpoint.hidden)
+        np.testing.assert_allclose(alone[0], together[r], **FP32.batch_logits.kw)
+
+
+def test_an_empty_embedding_row_is_zeros(checkpoint, emulated):
+    backend = emulated(checkpoint, graphs=False)
+    rows = _embed_batch(checkpoint, [12, 30], 10)
+    a, b = rows.ids[:12].tolist(), rows.ids[12:].tolist()
+    got = backend.run(Batch.pack_embed([a, [], b, []])).pooled
+    assert got is not None
+    want = ReferenceModel(checkpoint).run(rows).pooled
+    assert not got[[1, 3]].any()
+    np.testing.assert_allclose(got[[0, 2]], want, **FP32.logits.kw)
+
+
+def test_out_of_memory_splits_an_embedding_batch(checkpoint, emulated):
+    d = checkpoint.hidden
+    limit = max(576 * d * 4, checkpoint.encoder.vocab * d * 4) + 1
+    backend = emulated(checkpoint, graphs=False, limit=limit)
+    batch = _embed_batch(checkpoint, [150, 150, 120], 11)
+    got = backend.run(batch).pooled
+    assert backend.oom_cap == 576 and set(backend.plans) == {288}
+    assert got is not None and got.shape == (3, d)
+    np.testing.assert_allclose(got, ReferenceModel(checkpoint).run(batch).pooled,
+                               **FP32.logits.kw)
+
+
+def test_memory_counts_the_embedding_buffers_once_built(checkpoint, emulated):
+    backend = emulated(checkpoint)
+    backend.run(_batch(checkpoint, [20], 12))
+    decisions = backend.memory().plans
+    backend.run(_embed_batch(checkpoint, [20], 12))
+    grown = backend.memory().plans
+    backend.run(_embed_batch(checkpoint, [33, 4], 13))
+    assert decisions < grown == backend.memory().plans

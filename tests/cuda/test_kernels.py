@@ -247,3 +247,27 @@ def test_gather_norm_score_and_act_head(gpu, kern):
     rows = 4
     np.testing.assert_allclose(got[:rows], want[:rows], rtol=0, atol=TOL["f32"])
     assert (got[rows:] == SENTINEL).all()  # slots of rows without markers are never written
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mean_pool(gpu, kern, seed):
+    """Each row's mean over its real slots, against float64 in the row layout; x is FP32 in both
+    precisions (the residual stream), so FP32's bound holds for both."""
+    rng = np.random.default_rng(40 + seed)
+    lengths = rng.integers(1, 90, int(rng.integers(1, 9))).tolist()
+    lay, real = _layout(lengths, seed)
+    n, d = lay.cap, int(rng.choice([1, 33, 96, 768, 1030]))
+    rows = n // 16
+    x0 = rng.normal(size=(n, d)).astype(np.float32)
+    out = _dev(gpu, np.full((rows, d), SENTINEL))
+    rfirst, hi = _dev(gpu, lay.rfirst, np.int32), _dev(gpu, lay.hi, np.int32)
+    _run(gpu, kern.mean_pool(_dev(gpu, x0), rfirst, hi, rows, n, d, out))
+    got = _host(gpu, out)
+    want = ref.mean_pool_rows(x0[real], np.concatenate([[0], np.cumsum(lengths)]))
+    np.testing.assert_allclose(got[:len(lengths)], want, rtol=0,
+                               atol=FP32.cuda_kernel.atol * max(1.0, np.abs(want).max()))
+    assert np.array_equal(got[len(lengths):], np.repeat(got[:1], rows - len(lengths), axis=0))
+    # A row starting at the plan's end (an empty last row of a full plan) reads nothing: zeros.
+    _run(gpu, kern.mean_pool(_dev(gpu, x0), _dev(gpu, np.full(n, n), np.int32), hi, rows, n, d,
+                             out))
+    assert not _host(gpu, out).any()

@@ -1,8 +1,9 @@
-"""Every kernel launch a plan lowers to, against the kernel's parameter list in kernels.cu: the
-argument count, each scalar's exact NumPy type (CuPy passes a Python float as a double and a
-Python int as a 64-bit integer, so a mismatch shifts every later argument), and the element type
-of the device array behind each pointer. Also that every grid covers the plan's slots. Runs the
-real `Kernels` front over the emulated backend (emulator.py) with a stand-in for NVRTC: no GPU."""
+"""Every kernel launch a plan lowers to (its embedding mode's too), against the kernel's
+parameter list in kernels.cu: the argument count, each scalar's exact NumPy type (CuPy passes a
+Python float as a double and a Python int as a 64-bit integer, so a mismatch shifts every later
+argument), and the element type of the device array behind each pointer. Also that every grid
+covers the plan's slots. Runs the real `Kernels` front over the emulated backend (emulator.py)
+with a stand-in for NVRTC: no GPU."""
 from __future__ import annotations
 
 import re
@@ -59,6 +60,7 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
                         lambda cublas, ptr, half: FakeGemm(cublas, ptr, half, fake))
     backend = cuda_backend.CudaBackend(checkpoint, precision=precision, attention=attention)
     plan = backend.plan(288)
+    embedding = plan.embed_mode()  # the embedding mode's launches and buffers too
     act = np.float16 if backend.half else np.float32
     pointers = {"float": np.float32, "int": np.int32, "act_t": act, "half_t": np.float16}
     arrays: List[Any] = list(backend.weights.arrays.values()) + plan.device_arrays
@@ -71,7 +73,7 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
 
     signatures = _signatures()
     d, cap = checkpoint.hidden, plan.cap
-    launches = [op for op in plan.ops if isinstance(op, Launch)]
+    launches = [op for op in plan.ops + embedding.ops if isinstance(op, Launch)]
     names = {op.name.split("<")[0] for op in launches}
     assert names == set(signatures) - {"attention_simple" if backend.compiled.use_mma
                                        else "attention_mma"}
@@ -96,6 +98,8 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
             assert op.grid == (cap,) and d <= threads * cuda_kernels.MAX_PER_THREAD, op
         elif op.name in ("rope", "act_head"):
             assert op.grid == (cap,), op
+        elif op.name == "mean_pool":
+            assert op.grid == (cap // 16,) and op.args[3] == cap, op
         elif op.name == "score":
             assert op.grid[0] * (threads // 32) >= cap, op
 
