@@ -96,13 +96,13 @@ class Plan:
                               self.act] + [a for pair in self.rope.values() for a in pair]
         """Every device buffer the plan owns (its weights are the backend's)."""
 
-        self._pinned = [cp.cuda.alloc_pinned_memory(4 * n)
-                        for n in (buffer_ints(cap), cap, cap * self.n_act)]
-        meta_host = np.frombuffer(self._pinned[0], np.int32, buffer_ints(cap))
+        self.pinned = [cp.cuda.alloc_pinned_memory(4 * n)
+                       for n in (buffer_ints(cap), cap, cap * self.n_act)]
+        meta_host = np.frombuffer(self.pinned[0], np.int32, buffer_ints(cap))
         meta_host[:] = 0
         self.layout = Layout(cap, meta_host)
-        self.logits_host = np.frombuffer(self._pinned[1], np.float32, cap)
-        self.act_host = np.frombuffer(self._pinned[2], np.float32, cap * self.n_act).reshape(
+        self.logits_host = np.frombuffer(self.pinned[1], np.float32, cap)
+        self.act_host = np.frombuffer(self.pinned[2], np.float32, cap * self.n_act).reshape(
             cap, self.n_act)
 
         at = offsets(cap)
@@ -116,7 +116,7 @@ class Plan:
     @property
     def nbytes(self) -> int:
         return sum(int(a.nbytes) for a in self.device_arrays) + sum(
-            int(p.size()) for p in self._pinned)
+            int(p.size()) for p in self.pinned)
 
     def _mm(self, ops: List[Op]) -> Callable[[Any, Linear, Any], None]:
         """Appends to `ops` the GEMM of a linear layer over every slot."""

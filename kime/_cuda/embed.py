@@ -11,7 +11,7 @@ ones it had before.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import Any, List, Optional
 
 import numpy as np
 
@@ -19,14 +19,12 @@ from ..batch import Batch, Outputs
 from .kernels import capture
 from .layout import ALIGN
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .backend import Plan
-
-
 class EmbedMode:
     """One plan's embedding launches, their output buffers (device and pinned host) and graph."""
 
-    def __init__(self, plan: "Plan"):
+    def __init__(self, plan: Any):
+        # `plan` is backend.Plan, which builds this mode; typed Any so embed.py does not import
+        # the backend that imports it (no circle).
         o = plan.owner
         cp, d = o.cupy, o.graph.hidden
         self.plan = plan
@@ -36,7 +34,7 @@ class EmbedMode:
         self.pooled = cp.zeros((self.rows, d), dtype=np.float32)
         pinned = cp.cuda.alloc_pinned_memory(4 * self.rows * d)
         self.pooled_host = np.frombuffer(pinned, np.float32, self.rows * d).reshape(self.rows, d)
-        plan._pinned.append(pinned)
+        plan.pinned.append(pinned)
         plan.device_arrays += [self.zero_type, self.pooled]
         self.ops: List[Any] = []
         plan.lower_encoder(self.ops, zero_type=self.zero_type)
