@@ -26,8 +26,9 @@ try:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
 except ImportError as exc:  # the mcp extra is not installed
+    # name= keeps the missing module's name, so a caller can tell an absent extra from a bug.
     raise ImportError("kime mcp needs the MCP SDK (mcp>=2.3): pip install 'kime[mcp]' (%s)"
-                      % exc) from exc
+                      % exc, name=exc.name) from exc
 
 from .._version import __version__
 from . import status, tools, wide
