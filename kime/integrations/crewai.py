@@ -32,8 +32,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from ..laya.confidence import answer_confidence_value
 from .errors import LayaLowConfidenceError
-from .guard import (answer_number, answers_map, malformed, score_violation_probability,
-                    where_of)
+from .guard import answers_map, malformed, violations, where_of
 from .runner import execute_decision
 
 __all__ = ["LayaCrewRouter", "LayaTaskGuard", "LayaTaskGuardError", "CrewRouteDecision",
@@ -328,23 +327,8 @@ class LayaTaskGuard(_Decides):
         res = self._decide(text, questions)
         where = where_of(self.base_url)
         answers = answers_map(res, where)
-        violations: Dict[str, Any] = {}
-        for qid, answer in answers.items():
-            qtype = answer.get("type")
-            if qtype == "noul":
-                probability = answer_number(answer, "noul", where)
-                if probability >= self.threshold:
-                    violations[qid] = {"probability": probability,
-                                       "confidence": answer.get("confidence", 0.0)}
-            elif qtype == "score":
-                # `score` is the expected level, not a probability: gate on the upper half.
-                levels = len(questions.get(qid, {}).get("criteria") or [])
-                p_violation = score_violation_probability(answer, levels)
-                if p_violation >= self.threshold:
-                    violations[qid] = {"score": answer.get("score", 0.0),
-                                       "probability": round(p_violation, 4),
-                                       "confidence": answer.get("confidence", 0.0)}
-        return violations, answers, res
+        found = violations(answers, questions, self.threshold, where)
+        return found, answers, res
 
     def _error(self, violations: Dict[str, Any], res: Dict[str, Any]) -> LayaTaskGuardError:
         return LayaTaskGuardError("Laya task guardrail policy violation detected: %s"

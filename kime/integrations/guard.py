@@ -94,3 +94,27 @@ def probability_map(answer: Dict[str, Any], keys: Iterable[str],
         raise malformed(where, "'probabilities' must be a JSON object, got %s"
                         % type(probs).__name__)
     return {key: (answer_number(probs, key, where) if key in probs else 0.0) for key in keys}
+
+
+def violations(answers: Dict[str, Dict[str, Any]], questions: Dict[str, Any], threshold: float,
+               where: str) -> Dict[str, Any]:
+    """The answers that break the policy, as the CrewAI and agno guards report them: a `noul`
+    whose probability (checked to be a number) reaches `threshold`, and a `score` whose upper
+    half does (`score_violation_probability`, rounded to 4 places), with their confidences."""
+    found: Dict[str, Any] = {}
+    for qid, answer in answers.items():
+        kind = answer.get("type")
+        if kind == "noul":
+            probability = answer_number(answer, "noul", where)
+            if probability >= threshold:
+                found[qid] = {"probability": probability,
+                              "confidence": answer.get("confidence", 0.0)}
+        elif kind == "score":
+            # `score` is the expected level, not a probability: gate on the upper half.
+            levels = len(questions.get(qid, {}).get("criteria") or [])
+            p_violation = score_violation_probability(answer, levels)
+            if p_violation >= threshold:
+                found[qid] = {"score": answer.get("score", 0.0),
+                              "probability": round(p_violation, 4),
+                              "confidence": answer.get("confidence", 0.0)}
+    return found

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Dict, Optional
 
-from ..guard import answer_number, answers_map, score_violation_probability, where_of
+from ..guard import answers_map, violations, where_of
 from .common import Controlled, require_agno
 from .members import message_text
 
@@ -71,23 +71,7 @@ class LayaAgnoGuardrail(Controlled):
 
     def _violations(self, answers: Dict[str, Dict[str, Any]],
                     qdefs: Dict[str, Any]) -> Dict[str, Any]:
-        origin = where_of(self.base_url)
-        found: Dict[str, Any] = {}
-        for qid, answer in answers.items():
-            kind = answer.get("type")
-            if kind == "noul":
-                probability = answer_number(answer, "noul", origin)
-                if probability >= self.threshold:
-                    found[qid] = {"probability": probability,
-                                  "confidence": answer.get("confidence", 0.0)}
-            elif kind == "score":
-                levels = len(qdefs.get(qid, {}).get("criteria") or [])
-                p_violation = score_violation_probability(answer, levels)
-                if p_violation >= self.threshold:
-                    found[qid] = {"score": answer.get("score", 0.0),
-                                  "probability": round(p_violation, 4),
-                                  "confidence": answer.get("confidence", 0.0)}
-        return found
+        return violations(answers, qdefs, self.threshold, where_of(self.base_url))
 
     def screen(self, message: Any) -> Any:
         """Screen `message` (a string, an agno `RunResponse`/`Message`, a dict).
