@@ -36,6 +36,14 @@ class AgentConfig:
     temperature_by_options: object
     """As written: `Temperatures` checks it (a dict of bucket -> temperature)."""
     raw: Dict[str, Any] = field(repr=False)
+    option_layout: str = "sequential"
+    """Laya's `option_layout`: "sequential", or "parallel" (every option slot at the same
+    position ids, masked from the others; `kime.layout.parallel_layout`)."""
+
+    @property
+    def parallel(self) -> bool:
+        """Whether rows are laid out in Laya's parallel option layout."""
+        return self.option_layout == "parallel"
 
 
 @dataclass
@@ -85,11 +93,6 @@ def read_agent_config(path: str) -> AgentConfig:
     if layout not in ("sequential", "parallel"):
         raise CheckpointError("%s: option_layout must be one of sequential, parallel, got %r"
                               % (cfg_path, layout))
-    if layout == "parallel":
-        raise Unsupported(
-            "%s uses option_layout='parallel' (every option at the same positions, masked from "
-            "each other); kime runs the sequential layout that every published checkpoint uses, "
-            "and does not run parallel-layout checkpoints yet" % cfg_path)
     act_costs = cfg.get("act_costs", {})
     if not isinstance(act_costs, dict):
         raise CheckpointError("%s: act_costs must be a dict, got %r" % (cfg_path, act_costs))
@@ -109,6 +112,7 @@ def read_agent_config(path: str) -> AgentConfig:
         temperature=cfg.get("temperature", [1.0, 1.0, 1.0]),
         temperature_by_options=cfg.get("temperature_by_options", {}),
         raw=cfg,
+        option_layout=layout,
     )
 
 

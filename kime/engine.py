@@ -77,7 +77,7 @@ class Kime:
                                          source=repr(self.model_id))
         self.temperatures.warn()
         self.layouter = Layouter(self.checkpoint.tokenizer, cfg.max_len, cfg.head_max_len,
-                                 token_cache)
+                                 token_cache, parallel=cfg.parallel)
         self.backend: Backend = open_backend(self.checkpoint, target, threads,
                                              preload=bool(preload))
         self.executor = Executor(self.backend, answer_cache)

@@ -81,8 +81,7 @@ class Executor:
         batches = split([len(rows[i].ids) for i in todo], self.max_batch_tokens)
         for part in batches:
             index = [todo[j] for j in part]
-            batch = Batch.pack([rows[i].ids for i in index], [rows[i].markers for i in index],
-                               [qtypes[i] for i in index])
+            batch = _pack([rows[i] for i in index], [qtypes[i] for i in index])
             logits, act = self._run(batch)
             for r, i in enumerate(index):
                 out = RowOutput(logits[batch.mcu[r]:batch.mcu[r + 1]], act[r])
@@ -144,13 +143,32 @@ class Executor:
         self.cache.clear()
 
 
+def _pack(rows: Sequence[Row], qtypes: Sequence[int]) -> Batch:
+    """A decision batch of rows; in the parallel layout when its rows are (a checkpoint's rows
+    all are, or none is)."""
+    ids = [r.ids for r in rows]
+    markers = [r.markers for r in rows]
+    laid = [r.positions is not None and r.option_ids is not None for r in rows]
+    if not any(laid):
+        return Batch.pack(ids, markers, qtypes)
+    if not all(laid):
+        raise BackendError("a batch mixes rows in the parallel and the sequential layout")
+    return Batch.pack(ids, markers, qtypes, positions=[r.positions or [] for r in rows],
+                      option_ids=[r.option_ids or [] for r in rows])
+
+
 def row_key(row: Row, qtype: int) -> bytes:
-    """What determines a row's outputs: its ids, its markers and its question type."""
+    """What determines a row's outputs: its ids, its markers, its question type and, in the
+    parallel layout, its position and option ids."""
     h = hashlib.blake2b(digest_size=20)
     h.update(np.asarray(row.ids, dtype=np.int32).tobytes())
     h.update(b"|")
     h.update(np.asarray(row.markers, dtype=np.int32).tobytes())
     h.update(bytes([qtype & 0xFF]))  # EMBED (-1) hashes as 255, a type no question has
+    if row.positions is not None and qtype != EMBED:
+        h.update(b"|p")
+        h.update(np.asarray(row.positions, dtype=np.int32).tobytes())
+        h.update(np.asarray(row.option_ids, dtype=np.int32).tobytes())
     return h.digest()
 
 

@@ -5,6 +5,10 @@ A row is `[CLS] head [SEP] [MASK] opt_0 [MASK] opt_1 ... [SEP] state [SEP]`. The
 only on the question and the budget, so it is built once per question and call; the state is
 tokenized once per request and sliced per question. That is also why a question whose markers
 do not fit is an error for the whole call, whatever the state.
+
+A checkpoint trained with `option_layout="parallel"` reads the same ids with Laya's parallel
+layout (`parallel_layout`): each token also gets a position id and an option id, which the encoder
+uses for RoPE and to keep options from seeing each other.
 """
 from __future__ import annotations
 
@@ -58,6 +62,8 @@ class Row:
     markers: List[int]
     state_tokens: int
     state_tokens_used: int
+    positions: Optional[List[int]] = None  # parallel layout only: each token's position id
+    option_ids: Optional[List[int]] = None  # parallel layout only: 0 shared, s + 1 in slot s
 
     @property
     def state_tokens_dropped(self) -> int:
@@ -95,16 +101,52 @@ def fitting_markers(head: Head, max_len: int) -> int:
     return sum(1 for m in head.markers if m < max_len)
 
 
+def parallel_layout(markers: Sequence[int], head_len: int,
+                    length: int) -> Tuple[List[int], List[int]]:
+    """Laya's parallel option layout of a row of `length` tokens whose head (`head_len` tokens,
+    ending in the [SEP] after the options) has option markers `markers`: (position ids, option
+    ids), one per token.
+
+    Every option slot, from its [MASK] to the next marker (the last one to the head's closing
+    [SEP]), starts at the position just after the instruction's [SEP], so where an option is
+    listed does not move its positions; the closing [SEP] and the state go on after the longest
+    slot. A slot's tokens get option id s + 1, everything else 0. No markers: the plain layout.
+    """
+    if not markers:
+        return list(range(length)), [0] * length
+    start = markers[0]
+    ends = list(markers[1:]) + [head_len - 1]
+    positions: List[int] = list(range(start))
+    option_ids: List[int] = [0] * start
+    longest = 0
+    for s, (a, b) in enumerate(zip(markers, ends)):
+        positions.extend(range(start, start + b - a))
+        option_ids.extend([s + 1] * (b - a))
+        longest = max(longest, b - a)
+    after = start + longest
+    positions.extend(range(after, after + length - len(positions)))
+    option_ids.extend([0] * (length - len(option_ids)))
+    return positions, option_ids
+
+
 def build_row(head: Head, state_ids: Sequence[int], max_len: int, keep_end: bool,
-              sep_id: int) -> Row:
-    """Append as much of the state as fits, keeping its start (or its end for a conversation)."""
+              sep_id: int, parallel: bool = False) -> Row:
+    """Append as much of the state as fits, keeping its start (or its end for a conversation);
+    `parallel` adds the row's parallel layout."""
     room = max(0, max_len - len(head.ids) - 1)
     n = len(state_ids)
     # Not state_ids[-room:]: with no room that would keep the whole state instead of none of it.
     used = state_ids[max(0, n - room):] if keep_end else state_ids[:room]
-    ids = (head.ids + list(used) + [sep_id])[:max_len]
+    full = head.ids + list(used) + [sep_id]
+    ids = full[:max_len]
     markers = [m for m in head.markers if m < max_len]
-    return Row(ids=ids, markers=markers, state_tokens=n, state_tokens_used=len(used))
+    if not parallel:
+        return Row(ids=ids, markers=markers, state_tokens=n, state_tokens_used=len(used))
+    # Laid out on the uncut row, as Laya does: a marker cut by max_len must not widen the span
+    # of the last one that survives.
+    positions, option_ids = parallel_layout(head.markers, len(head.ids), len(full))
+    return Row(ids=ids, markers=markers, state_tokens=n, state_tokens_used=len(used),
+               positions=positions[:max_len], option_ids=option_ids[:max_len])
 
 
 @dataclass
@@ -119,15 +161,18 @@ class Job:
 class Layouter:
     """A checkpoint's tokenizer and budgets, with a bounded cache of question heads.
 
+    `parallel` lays rows out in Laya's parallel option layout (the checkpoint's `option_layout`).
     A head depends only on the question's rendering and `head_max_len`, so the same question
     asked again (a server's fixed question set) is laid out once; `capacity=0` switches the
     cache off. Thread-safe: the LRU locks, and a head is immutable.
     """
 
-    def __init__(self, tok: Tokenizer, max_len: int, head_max_len: int, capacity: int = 1024):
+    def __init__(self, tok: Tokenizer, max_len: int, head_max_len: int, capacity: int = 1024,
+                 parallel: bool = False):
         self.tok = tok
         self.max_len = max_len
         self.head_max_len = head_max_len
+        self.parallel = parallel  # the checkpoint's option_layout is "parallel"
         self.cache: LRU[Head] = LRU(capacity)
 
     def head(self, q: Question, head_max_len: int, cache: bool = True) -> Head:
@@ -186,5 +231,6 @@ class Layouter:
             return Job([], [], [])
         state_ids = self.state_ids(state, list(loc) + ["state"])
         keep_end = isinstance(state, list)
-        rows = [build_row(h, state_ids, max_len, keep_end, self.tok.sep_id) for h in heads]
+        rows = [build_row(h, state_ids, max_len, keep_end, self.tok.sep_id, self.parallel)
+                for h in heads]
         return Job(list(questions), rows, heads)

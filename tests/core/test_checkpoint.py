@@ -143,12 +143,17 @@ def test_missing_and_misshaped_tensors_are_named(tiny_path, tmp_path):
     assert "extra.weight" in text
 
 
-def test_parallel_layout_is_refused(tiny_path, tmp_path):
+def test_parallel_layout_loads_and_an_unknown_layout_is_refused(tiny_path, tmp_path):
     path = _copy(tiny_path, tmp_path / "ck")
     cfg = json.loads((path / "rl_agent_config.json").read_text())
     cfg["option_layout"] = "parallel"
     (path / "rl_agent_config.json").write_text(json.dumps(cfg))
-    with pytest.raises(kime.Unsupported, match="parallel"):
+    ck = load_checkpoint(str(path))
+    assert ck.config.parallel and ck.config.option_layout == "parallel"
+    cfg["option_layout"] = "interleaved"
+    (path / "rl_agent_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(kime.CheckpointError, match="option_layout must be one of sequential, "
+                       "parallel, got 'interleaved'"):
         kime.load(str(path))
 
 
