@@ -21,12 +21,40 @@ extern "C" {
 
 /* ---- ISA dispatch ------------------------------------------------------------------------- */
 
-enum kime_isa { KIME_ISA_PORTABLE = 0, KIME_ISA_AVX2 = 1, KIME_ISA_AVX512 = 2 };
+/* An ISA is a level of the architecture kime is built for; each level implies those below it, so
+ * levels compare with < and > on one architecture. x86-64: 1 AVX2 + FMA, 2 AVX-512 (F, BW, VL).
+ * aarch64: 1 NEON (ASIMD), 2 + dotprod (sdot/udot), 3 + i8mm (smmla/usmmla), 4 + bf16
+ * (bfmmla/bfdot). The numbers overlap across architectures: compare with an architecture's
+ * names only in code built for it (x86 names under an x86 #if, aarch64 names under
+ * __aarch64__). */
+enum kime_isa {
+    KIME_ISA_PORTABLE = 0,
+    KIME_ISA_AVX2 = 1,
+    KIME_ISA_AVX512 = 2,
+    KIME_ISA_NEON = 1,
+    KIME_ISA_DOTPROD = 2,
+    KIME_ISA_I8MM = 3,
+    KIME_ISA_BF16 = 4
+};
 
-/* The best ISA this CPU supports (cpuid), capped by the KIME_ISA environment variable
- * ("portable", "avx2", "avx512") so tests can force each path. */
+/* The best ISA this CPU supports (cpuid; getauxval on aarch64), capped by the KIME_ISA
+ * environment variable ("portable", "avx2", "avx512"; on aarch64 "portable", "neon", "dotprod",
+ * "i8mm", "bf16") so tests can force each path. */
 int kime_isa_detect(void);
+/* The level's name on this architecture; "unknown" past its highest level. */
 const char *kime_isa_name(int isa);
+/* The aarch64 features this CPU has (getauxval, cached; KIME_ISA does not cap them), as
+ * KIME_ARM_* bits; 0 on other architectures. For kime doctor, and for a kernel that needs one
+ * feature outside the level order (SVE). */
+enum {
+    KIME_ARM_ASIMD = 1,
+    KIME_ARM_DOTPROD = 2,
+    KIME_ARM_I8MM = 4,
+    KIME_ARM_BF16 = 8,
+    KIME_ARM_SVE = 16,
+    KIME_ARM_SVE2 = 32
+};
+unsigned kime_isa_arm_features(void);
 
 /* ---- GEMM: C[M, N] = A[M, K] @ W[N, K]^T, over weights packed once at load ------------------ */
 
