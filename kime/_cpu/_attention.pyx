@@ -3,7 +3,9 @@ blocked online-softmax attention over unpadded rows. The compiled forward pass c
 directly; these wrappers check shapes, allocate the scratch and drop the GIL.
 
 qkv is [T, 3*H*hd] float32 (q, k, v column blocks, heads contiguous); cu is int32 row bounds, row
-r being tokens cu[r]..cu[r+1].
+r being tokens cu[r]..cu[r+1]. `positions` and `option_ids` (int32 [T], indexed like qkv's rows)
+are the parallel option layout's ids; None is the sequential layout (a token's position is its
+index in its row, nothing option-masked).
 """
 import numpy as np
 
@@ -13,10 +15,12 @@ cdef extern from "kernels.h" nogil:
     int kime_isa_detect()
     const char *kime_isa_name(int isa)
     void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
-                   const float *cos_table, const float *sin_table, int nthreads)
+                   const float *cos_table, const float *sin_table, const int32_t *pos,
+                   int nthreads)
     size_t kime_attention_scratch_floats(int hd, int nthreads)
     void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd,
-                        int half_window, float *out, int ldo, float *scratch, int nthreads)
+                        int half_window, const int32_t *pos, const int32_t *opt, float *out,
+                        int ldo, float *scratch, int nthreads)
     void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
                              const int32_t *cu, int R, int H, int hd, float *out, int ldo,
                              float *scratch, int nthreads)
@@ -42,28 +46,53 @@ cdef int _check(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd,
     return 0
 
 
+cdef const int32_t *_ids(const int32_t[::1] ids, Py_ssize_t T, str name) except? NULL:
+    """The data pointer of per-token ids (NULL for None), which must hold one id per row of qkv."""
+    if ids is None:
+        return NULL
+    if ids.shape[0] != T:
+        raise ValueError(f"{name} has {ids.shape[0]} entries; qkv has {T} rows")
+    return &ids[0] if T else NULL
+
+
 def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:, ::1] cos,
-         const float[:, ::1] sin, int threads=1) -> None:
-    """Rotate-half RoPE in place on q and k; cos and sin are [max_pos, hd/2] tables."""
+         const float[:, ::1] sin, int threads=1, const int32_t[::1] positions=None) -> None:
+    """Rotate-half RoPE in place on q and k; cos and sin are [max_pos, hd/2] tables. A token's
+    position is positions[t] when given, else its index in its row."""
     _check(qkv, cu, H, hd, threads)
     if hd % 2:
         raise ValueError(f"rope needs an even head dim, got {hd}")
     if cos.shape[1] != hd // 2 or sin.shape[0] != cos.shape[0] or sin.shape[1] != cos.shape[1]:
         raise ValueError(f"cos and sin must both be [max_pos, {hd // 2}]")
-    cdef Py_ssize_t r
-    for r in range(cu.shape[0] - 1):
-        if cu[r + 1] - cu[r] > cos.shape[0]:
-            raise ValueError(f"row {r} has {cu[r + 1] - cu[r]} tokens; the tables {cos.shape[0]}")
+    cdef Py_ssize_t r, t
+    cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
+    if pos == NULL:
+        for r in range(cu.shape[0] - 1):
+            if cu[r + 1] - cu[r] > cos.shape[0]:
+                raise ValueError(f"row {r} has {cu[r + 1] - cu[r]} tokens; the tables {cos.shape[0]}")
+    else:
+        for t in range(cu[0], cu[cu.shape[0] - 1]):
+            if pos[t] < 0 or pos[t] >= cos.shape[0]:
+                raise ValueError(f"positions[{t}] = {pos[t]} is outside the tables' "
+                                 f"{cos.shape[0]} positions")
     cdef int R = cu.shape[0] - 1
     with nogil:
-        kime_rope(&qkv[0, 0], qkv.shape[0], &cu[0], R, H, hd, &cos[0, 0], &sin[0, 0], threads)
+        kime_rope(&qkv[0, 0], qkv.shape[0], &cu[0], R, H, hd, &cos[0, 0], &sin[0, 0], pos,
+                  threads)
 
 
 def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int half_window,
-              out=None, int threads=1):
+              out=None, int threads=1, const int32_t[::1] positions=None,
+              const int32_t[::1] option_ids=None):
     """Softmax attention per row and head -> out [T, H*hd] (rows of out may be strided);
-    half_window < 0 is full attention, else query i sees keys j with |i - j| <= half_window."""
+    half_window < 0 is full attention, else query i sees keys j with |i - j| <= half_window.
+    With `positions` and `option_ids` (given together) the window reads position ids and query
+    i does not see key j when both are in option slots (id > 0) and the slots differ."""
     _check(qkv, cu, H, hd, threads)
+    if (positions is None) != (option_ids is None):
+        raise ValueError("positions and option_ids go together: give both or neither")
+    cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
+    cdef const int32_t *opt = _ids(option_ids, qkv.shape[0], "option_ids")
     if out is None:
         out = np.zeros((qkv.shape[0], H * hd), dtype=np.float32)
     cdef float[:, :] o = out
@@ -73,8 +102,8 @@ def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int
     cdef int ldo = o.strides[0] // sizeof(float)
     cdef float[::1] scratch = np.empty(kime_attention_scratch_floats(hd, threads), dtype=np.float32)
     with nogil:
-        kime_attention(&qkv[0, 0], &cu[0], R, H, hd, half_window, &o[0, 0], ldo, &scratch[0],
-                       threads)
+        kime_attention(&qkv[0, 0], &cu[0], R, H, hd, half_window, pos, opt, &o[0, 0], ldo,
+                       &scratch[0], threads)
     return out
 
 

@@ -130,20 +130,22 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 def row_starts(cu: Sequence[int]) -> Tuple[np.ndarray, np.ndarray]:
     """Each token's row bounds (lo, hi) for rows back to back at offsets `cu`."""
-    cu = np.asarray(cu)
-    lengths = np.diff(cu)
-    return np.repeat(cu[:-1], lengths), np.repeat(cu[1:], lengths)
+    offsets = np.asarray(cu)
+    lengths = np.diff(offsets)
+    return np.repeat(offsets[:-1], lengths), np.repeat(offsets[1:], lengths)
 
 
 def rope(qkv: np.ndarray, bias: Optional[np.ndarray], cos: np.ndarray, sin: np.ndarray,
-         lo: np.ndarray, d: int, head_dim: int) -> np.ndarray:
-    """Rotate-half RoPE on q and k (the first 2 * d columns) at each slot's position in its row;
-    `cos`/`sin` are the [positions, head_dim / 2] tables. v is left as it is."""
+         lo: np.ndarray, d: int, head_dim: int, positions: Optional[np.ndarray] = None
+         ) -> np.ndarray:
+    """Rotate-half RoPE on q and k (the first 2 * d columns) at each slot's position in its row,
+    or at `positions` (one position id per slot: the parallel layout); `cos`/`sin` are the
+    [positions, head_dim / 2] tables. v is left as it is."""
     out = np.asarray(qkv, F64).copy()
     if bias is not None:
         out += bias
     n = out.shape[0]
-    pos = np.arange(n) - np.asarray(lo)
+    pos = np.arange(n) - np.asarray(lo) if positions is None else np.asarray(positions)
     c = np.asarray(cos, F64)[pos]
     s = np.asarray(sin, F64)[pos]
     half = head_dim // 2
@@ -156,17 +158,35 @@ def rope(qkv: np.ndarray, bias: Optional[np.ndarray], cos: np.ndarray, sin: np.n
 
 
 def rope_rows(qkv: np.ndarray, cu: Sequence[int], heads: int, head_dim: int, cos: np.ndarray,
-              sin: np.ndarray) -> np.ndarray:
+              sin: np.ndarray, positions: Optional[np.ndarray] = None) -> np.ndarray:
     """`rope` on rows back to back at offsets `cu` (attention.c's layout)."""
     lo, _ = row_starts(cu)
-    return rope(qkv, None, cos, sin, lo, heads * head_dim, head_dim)
+    return rope(qkv, None, cos, sin, lo, heads * head_dim, head_dim, positions)
+
+
+def option_seen(pos_q: np.ndarray, opt_q: np.ndarray, pos_k: np.ndarray, opt_k: np.ndarray,
+                half_window: Optional[int]) -> np.ndarray:
+    """[queries, keys] True where a query may see a key in the parallel layout (laya's
+    `parallel_option_masks`): not when both lie in option slots (id > 0) of different slots,
+    and with a window only within `half_window` position ids. Loops, not broadcasting, so it
+    shares no vectorised trick with a kernel."""
+    seen = np.zeros((len(pos_q), len(pos_k)), dtype=bool)
+    for i in range(len(pos_q)):
+        for j in range(len(pos_k)):
+            other = opt_q[i] > 0 and opt_k[j] > 0 and opt_q[i] != opt_k[j]
+            near = half_window is None or abs(int(pos_q[i]) - int(pos_k[j])) <= half_window
+            seen[i, j] = near and not other
+    return seen
 
 
 def attention(qkv: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: int, heads: int,
-              half_window: Optional[int]) -> np.ndarray:
+              half_window: Optional[int], positions: Optional[np.ndarray] = None,
+              option_ids: Optional[np.ndarray] = None) -> np.ndarray:
     """Slot q attends to slot k when lo[q] <= k < hi[q] and |q - k| <= half_window (None:
-    no window); a slot that sees no key gets zeros. The full score matrix of each row and head,
-    so it shares nothing with a kernel's blocked online softmax."""
+    no window); a slot that sees no key gets zeros. With `positions` and `option_ids` (one per
+    slot: the parallel layout) the window reads position ids and `option_seen` masks the
+    options. The full score matrix of each row and head, so it shares nothing with a kernel's
+    blocked online softmax."""
     qkv = np.asarray(qkv, F64)
     lo, hi = np.asarray(lo), np.asarray(hi)
     n = qkv.shape[0]
@@ -180,7 +200,10 @@ def attention(qkv: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: int, heads: in
         if b <= a or end <= start:
             continue
         seen = np.ones((end - start, b - a), dtype=bool)
-        if half_window is not None:
+        if positions is not None and option_ids is not None:
+            seen = option_seen(positions[start:end], option_ids[start:end], positions[a:b],
+                               option_ids[a:b], half_window)
+        elif half_window is not None:
             seen = np.abs(np.arange(start, end)[:, None] - np.arange(a, b)[None, :]) <= half_window
         for h in range(heads):
             q = qkv[start:end, h * hd:(h + 1) * hd]
@@ -196,11 +219,13 @@ def attention(qkv: np.ndarray, lo: np.ndarray, hi: np.ndarray, d: int, heads: in
 
 
 def attention_rows(qkv: np.ndarray, cu: Sequence[int], heads: int, head_dim: int,
-                   half_window: int) -> np.ndarray:
+                   half_window: int, positions: Optional[np.ndarray] = None,
+                   option_ids: Optional[np.ndarray] = None) -> np.ndarray:
     """`attention` on rows back to back at offsets `cu`; half_window < 0 is no window
     (attention.c's convention)."""
     lo, hi = row_starts(cu)
-    return attention(qkv, lo, hi, heads * head_dim, heads, None if half_window < 0 else half_window)
+    return attention(qkv, lo, hi, heads * head_dim, heads, None if half_window < 0 else half_window,
+                     positions, option_ids)
 
 
 # The CUDA kernels' compositions: embedding, residual and final norms, the scorer.

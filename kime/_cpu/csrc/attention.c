@@ -11,11 +11,18 @@
  * and both products are rank-1 updates broadcasting one K or V element against a row of QT or S,
  * so hd is the broadcast dimension and any head dim runs without vector tails.
  *
+ * The parallel option layout (position ids and option ids per token) takes attend_block_masked,
+ * chosen per item: it visits the row's key blocks in the same order, skips a block whose keys no
+ * query of the item may see (the running max and sum would not change), and sets the scores of
+ * the pairs it may not see to -inf before the same softmax (exact zero weights). The mask is
+ * plain C, shared by every ISA path. A sequential row never reaches it.
+ *
  * Determinism: an item reads only its own row's tokens, key blocks start at multiples of KB in
  * the row and are visited in ascending order, and every sum runs in one fixed order, so a query's
  * result does not depend on the thread count or on the other rows of the batch. Different ISA
  * paths give (slightly) different bits; the path is fixed per call.
  */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -350,12 +357,83 @@ static void attend_block(tile_fn tile, softmax_fn softmax, const float *q, ptrdi
     }
 }
 
+/* attend_block for a row in the parallel option layout: pos and opt are the row's position and
+ * option ids (from its first token). Query i sees key j unless both lie in option slots and the
+ * slots differ, and, in a local layer (w >= 0), only if |pos[i] - pos[j]| <= w. Every query sees
+ * itself, so no query is left without keys. */
+static void attend_block_masked(tile_fn tile, softmax_fn softmax, const float *q, ptrdiff_t ldq,
+                                int qn, const float *kv, ptrdiff_t ld, int H, int hd, int n, int h,
+                                int i0, int w, const int32_t *pos, const int32_t *opt, float *out,
+                                int ldo, float *scr)
+{
+    float *qt = scr, *ot = qt + (size_t)hd * QB, *s = ot + (size_t)hd * QB;
+    float *m = s + KB * QB, *l = m + QB, *alpha = l + QB;
+    const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
+    const float scale = LOG2E / sqrtf((float)hd);
+    for (int i = 0; i < QB; i++)
+        for (int d = 0; d < hd; d++)
+            qt[d * QB + i] = i < qn ? q[i * ldq + d] * scale : 0.0f;
+    memset(ot, 0, (size_t)hd * QB * sizeof *ot);
+    for (int i = 0; i < QB; i++)
+        m[i] = -INFINITY, l[i] = 0.0f;
+    /* Padded lanes take query 0's ids: they see what it sees, so a block that holds a key for
+     * some lane holds one for a real query, and they are never written out. */
+    int32_t qp[QB], qo[QB];
+    int qmin = INT_MAX, qmax = INT_MIN, qslot = 0;
+    for (int i = 0; i < QB; i++) {
+        qp[i] = pos[i0 + (i < qn ? i : 0)], qo[i] = opt[i0 + (i < qn ? i : 0)];
+        qmin = qp[i] < qmin ? qp[i] : qmin, qmax = qp[i] > qmax ? qp[i] : qmax;
+        qslot |= qo[i] > 0;
+    }
+    unsigned char keep[KB * QB];
+    for (int j0 = 0; j0 < n; j0 += KB) {
+        const int kn = n - j0 < KB ? n - j0 : KB;
+        const int32_t *kp = pos + j0, *ko = opt + j0;
+        int kmin = INT_MAX, kmax = INT_MIN, kslot = 0;
+        for (int j = 0; j < kn; j++) {
+            kmin = kp[j] < kmin ? kp[j] : kmin, kmax = kp[j] > kmax ? kp[j] : kmax;
+            kslot |= ko[j] > 0;
+        }
+        if (w >= 0 && (kmin > qmax + w || kmax < qmin - w))
+            continue; /* wholly outside the window */
+        const int near = w < 0 || (kmax - qmin <= w && qmax - kmin <= w);
+        int any = 1, all = near && !(qslot && kslot);
+        if (!all) {
+            int seen = 0, every = 1;
+            for (int j = 0; j < kn; j++)
+                for (int i = 0; i < QB; i++) {
+                    const int ok = !(qo[i] > 0 && ko[j] > 0 && qo[i] != ko[j]) &&
+                                   (near || abs(qp[i] - kp[j]) <= w);
+                    keep[j * QB + i] = (unsigned char)ok;
+                    seen |= ok, every &= ok;
+                }
+            any = seen, all = every;
+        }
+        if (!any)
+            continue; /* visiting it would leave m, l and the output as they are */
+        tile(k + (ptrdiff_t)j0 * ld, ld, 1, kn, qt, hd, s, NULL);
+        if (!all)
+            for (int x = 0; x < kn * QB; x++)
+                s[x] = keep[x] ? s[x] : -INFINITY;
+        softmax(s, kn, 0, -1, m, l, alpha);
+        tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
+    }
+    for (int i = 0; i < qn; i++) {
+        const float inv = 1.0f / l[i];
+        float *o = out + (ptrdiff_t)i * ldo;
+        for (int d = 0; d < hd; d++)
+            o[d] = ot[d * QB + i] * inv;
+    }
+}
+
 /* Row r's queries are q's rows qcu[r]..qcu[r+1] (ldq apart), its keys and values qkv's rows
  * cu[r]..cu[r+1]. With q == qkv and qcu == cu a query's position is its index in the row, which
- * the window reads; otherwise half_window must be < 0. */
+ * the window reads, or pos[t] when pos and opt (per token of qkv) are given; otherwise
+ * half_window must be < 0 and pos, opt NULL. */
 static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const float *qkv,
-                        const int32_t *cu, int R, int H, int hd, int half_window, float *out,
-                        int ldo, float *scratch, int nthreads)
+                        const int32_t *cu, int R, int H, int hd, int half_window,
+                        const int32_t *pos, const int32_t *opt, float *out, int ldo,
+                        float *scratch, int nthreads)
 {
     tile_fn tile = tile_c;
     softmax_fn softmax = softmax_c;
@@ -391,36 +469,66 @@ static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const
             const int nq = qcu[r + 1] - qcu[r], blocks = (nq + QB - 1) / QB;
             const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
             const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
-            attend_block(tile, softmax, q + at * ldq + (ptrdiff_t)h * hd, ldq,
-                         nq - i0 < QB ? nq - i0 : QB, qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
-                         cu[r + 1] - cu[r], h, i0, half_window, out + at * ldo + (ptrdiff_t)h * hd,
-                         ldo, scr);
+            if (pos)
+                attend_block_masked(tile, softmax, q + at * ldq + (ptrdiff_t)h * hd, ldq,
+                                    nq - i0 < QB ? nq - i0 : QB, qkv + (ptrdiff_t)cu[r] * ld, ld,
+                                    H, hd, cu[r + 1] - cu[r], h, i0, half_window, pos + cu[r],
+                                    opt + cu[r], out + at * ldo + (ptrdiff_t)h * hd, ldo, scr);
+            else
+                attend_block(tile, softmax, q + at * ldq + (ptrdiff_t)h * hd, ldq,
+                             nq - i0 < QB ? nq - i0 : QB, qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
+                             cu[r + 1] - cu[r], h, i0, half_window,
+                             out + at * ldo + (ptrdiff_t)h * hd, ldo, scr);
         }
     }
 }
 
 void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
-                    float *out, int ldo, float *scratch, int nthreads)
+                    const int32_t *pos, const int32_t *opt, float *out, int ldo, float *scratch,
+                    int nthreads)
 {
-    attend_rows(qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, out, ldo, scratch,
-                nthreads);
+    if (!pos || !opt) /* both or neither */
+        pos = opt = NULL;
+    attend_rows(qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, pos, opt, out, ldo,
+                scratch, nthreads);
 }
 
 void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
                          const int32_t *cu, int R, int H, int hd, float *out, int ldo,
                          float *scratch, int nthreads)
 {
-    attend_rows(q, ldq, qcu, qkv, cu, R, H, hd, -1, out, ldo, scratch, nthreads);
+    attend_rows(q, ldq, qcu, qkv, cu, R, H, hd, -1, NULL, NULL, out, ldo, scratch, nthreads);
 }
 
-/* Rotate-half RoPE. Plain C: it is memory-bound and elementwise, and without FMA contraction
- * (x86-64 baseline) it gives the same bits as the reference's x * cos + rotate_half(x) * sin. */
+/* Rotate-half RoPE of one token's q and k heads by the table rows c, s. Plain C: it is
+ * memory-bound and elementwise, and without FMA contraction (x86-64 baseline) it gives the same
+ * bits as the reference's x * cos + rotate_half(x) * sin. */
+static inline void rope_token(float *x, int H, int hd, const float *c, const float *s)
+{
+    const int half = hd / 2;
+    for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
+        for (int i = 0; i < half; i++) {
+            const float a = x[i], b = x[i + half];
+            x[i] = a * c[i] - b * s[i];
+            x[i + half] = b * c[i] + a * s[i];
+        }
+}
+
 void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const float *cos_table,
-               const float *sin_table, int nthreads)
+               const float *sin_table, const int32_t *pos, int nthreads)
 {
     (void)T, (void)nthreads; /* the rows cover tokens cu[0]..cu[R]; OpenMP reads nthreads */
     const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;
     const int half = hd / 2;
+    if (pos) { /* a token's position is its own id: no row lookup */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
+#endif
+        for (int t = cu[0]; t < cu[R]; t++)
+            rope_token(qkv + (ptrdiff_t)t * ld, H, hd, cos_table + (ptrdiff_t)pos[t] * half,
+                       sin_table + (ptrdiff_t)pos[t] * half);
+        return;
+    }
 #ifdef _OPENMP
 #pragma omp parallel num_threads(nthreads) if (nthreads > 1)
 #endif
@@ -431,15 +539,8 @@ void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const
 #endif
         for (int t = cu[0]; t < cu[R]; t++) {
             r = row_of(cu, t, r);
-            const float *c = cos_table + (ptrdiff_t)(t - cu[r]) * half;
-            const float *s = sin_table + (ptrdiff_t)(t - cu[r]) * half;
-            float *x = qkv + (ptrdiff_t)t * ld;
-            for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
-                for (int i = 0; i < half; i++) {
-                    const float a = x[i], b = x[i + half];
-                    x[i] = a * c[i] - b * s[i];
-                    x[i + half] = b * c[i] + a * s[i];
-                }
+            rope_token(qkv + (ptrdiff_t)t * ld, H, hd, cos_table + (ptrdiff_t)(t - cu[r]) * half,
+                       sin_table + (ptrdiff_t)(t - cu[r]) * half);
         }
     }
 }

@@ -82,18 +82,24 @@ void kime_gemm(int isa, const float *A, int lda, int M, int K, int N, const floa
 
 /* RoPE (rotate-half, as transformers' ModernBERT) in place on the q and k parts of qkv:
  * qkv is [T, 3*H*hd] with q at columns [0, H*hd), k at [H*hd, 2*H*hd), heads contiguous.
- * The position of a token is its index inside its row. cos and sin are [max_pos, hd/2] tables:
+ * The position of token t is pos[t] (pos indexed like qkv's rows, each in [0, max_pos)), or its
+ * index inside its row when pos is NULL. cos and sin are [max_pos, hd/2] tables:
  * cos[p, i] = cos(p * inv_freq[i]) in FP32 as transformers computes them. */
 void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const float *cos_table,
-               const float *sin_table, int nthreads);
+               const float *sin_table, const int32_t *pos, int nthreads);
 
 /* Softmax attention per row and head, blocked with an online softmax in FP32. q, k, v are read
  * from qkv (layout as above); out is [T, H*hd] with row stride ldo. scale = hd^-0.5. With
  * half_window >= 0, query i sees key j only when |i - j| <= half_window (ModernBERT's local
- * layers); half_window < 0 is full attention. scratch: kime_attention_scratch_floats floats. */
+ * layers); half_window < 0 is full attention. scratch: kime_attention_scratch_floats floats.
+ * pos and opt (both NULL, or both given) are the parallel option layout's position and option
+ * ids, indexed like qkv's rows: query i then sees key j of its row unless opt[i] > 0, opt[j] > 0
+ * and opt[i] != opt[j], and with a window only when |pos[i] - pos[j]| <= half_window. NULL runs
+ * the sequential layout's code, whose bits the ids pos = index in row, opt = 0 reproduce. */
 size_t kime_attention_scratch_floats(int hd, int nthreads);
 void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
-                    float *out, int ldo, float *scratch, int nthreads);
+                    const int32_t *pos, const int32_t *opt, float *out, int ldo, float *scratch,
+                    int nthreads);
 /* Full attention for some of each row's queries only: row r's queries are q's rows
  * qcu[r]..qcu[r+1] (row stride ldq, heads contiguous), its keys and values qkv's rows
  * cu[r]..cu[r+1]; results go to out's rows qcu[r]..qcu[r+1]. A query's result is the same bits
