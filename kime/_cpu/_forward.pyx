@@ -97,7 +97,8 @@ cdef extern from "forward.h":
         void *bgemm_scratch
     int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
                      const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
-                     const int32_t *qtype, float *logits, float *act, int nthreads) nogil
+                     const int32_t *qtype, const int32_t *pos, const int32_t *opt,
+                     float *logits, float *act, int nthreads) nogil
     int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids,
                    const int32_t *cu, int rows, float *pooled, int nthreads) nogil
     void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out,
@@ -229,17 +230,28 @@ cdef class Model:
 
     def run(self, Arena arena, int32_t[::1] ids, int32_t[::1] cu, int rows,
             int32_t[::1] markers, int32_t[::1] mcu, int32_t[::1] qtype,
-            float[::1] logits, float[:, ::1] act):
-        """Run the first `rows` rows of the batch buffers into `logits` and `act` (in place)."""
+            float[::1] logits, float[:, ::1] act, int32_t[::1] positions=None,
+            int32_t[::1] option_ids=None):
+        """Run the first `rows` rows of the batch buffers into `logits` and `act` (in place).
+        `positions` and `option_ids` (per token, like ids) are a parallel-layout batch's ids,
+        given together; None runs the sequential layout."""
         cdef int rc
+        cdef const int32_t *pos = NULL
+        cdef const int32_t *opt = NULL
         if rows < 1 or cu.shape[0] < rows + 1 or mcu.shape[0] < rows + 1 or qtype.shape[0] < rows:
             raise ValueError("batch buffers are smaller than %d rows" % rows)
         if cu[rows] > ids.shape[0] or mcu[rows] > markers.shape[0] or mcu[rows] > logits.shape[0] \
                 or act.shape[0] < rows or act.shape[1] != self.n_act:
             raise ValueError("batch buffers do not hold the batch")
+        if (positions is None) != (option_ids is None):
+            raise ValueError("positions and option_ids go together: give both or neither")
+        if positions is not None:
+            if positions.shape[0] < cu[rows] or option_ids.shape[0] < cu[rows] or cu[rows] < 1:
+                raise ValueError("positions and option_ids do not hold the batch")
+            pos, opt = &positions[0], &option_ids[0]
         with nogil:
             rc = kime_forward(&self.m, &arena.a, &ids[0], &cu[0], rows, &markers[0], &mcu[0],
-                              &qtype[0], &logits[0], &act[0, 0], self.threads)
+                              &qtype[0], pos, opt, &logits[0], &act[0, 0], self.threads)
         _check_rc(rc)
 
     def embed(self, Arena arena, int32_t[::1] ids, int32_t[::1] cu, int rows,
@@ -261,7 +273,8 @@ cdef int _check_rc(int rc) except -1:
     if rc != 0:
         raise ValueError({-1: "the batch does not fit the plan's arena",
                           -2: "a token id is outside the vocabulary",
-                          -3: "a row is longer than the model's positions"}[rc])
+                          -3: "a row is longer than the model's positions",
+                          -4: "a position id is outside the model's positions"}[rc])
     return 0
 
 

@@ -96,11 +96,15 @@ class Plan:
         self.act = np.zeros((tokens, spec.n_act), dtype=np.float32)
         self.d = spec.d
         self.pooled: Optional[np.ndarray] = None  # [tokens, d], on the first embedding batch
+        # [tokens] position and option ids, on the first parallel-layout batch
+        self.positions: Optional[np.ndarray] = None
+        self.option_ids: Optional[np.ndarray] = None
 
     @property
     def nbytes(self) -> int:
-        pooled = 0 if self.pooled is None else self.pooled.nbytes
-        return int(self.arena.nbytes) + pooled + sum(a.nbytes for a in (
+        lazy = sum(a.nbytes for a in (self.pooled, self.positions, self.option_ids)
+                   if a is not None)
+        return int(self.arena.nbytes) + lazy + sum(a.nbytes for a in (
             self.ids, self.cu, self.markers, self.mcu, self.qtype, self.logits, self.act))
 
     def run(self, batch: Batch) -> Outputs:
@@ -113,12 +117,22 @@ class Plan:
         self.markers[:k] = batch.markers
         self.mcu[:rows + 1] = batch.mcu
         self.qtype[:rows] = batch.qtype
-        self.model.run(self.arena, self.ids, self.cu, rows, self.markers, self.mcu, self.qtype,
-                       self.logits, self.act)
+        if batch.positions is None or batch.option_ids is None:
+            self.model.run(self.arena, self.ids, self.cu, rows, self.markers, self.mcu,
+                           self.qtype, self.logits, self.act)
+        else:
+            if self.positions is None or self.option_ids is None:
+                self.positions = np.zeros(self.tokens, dtype=np.int32)
+                self.option_ids = np.zeros(self.tokens, dtype=np.int32)
+            self.positions[:n] = batch.positions
+            self.option_ids[:n] = batch.option_ids
+            self.model.run(self.arena, self.ids, self.cu, rows, self.markers, self.mcu,
+                           self.qtype, self.logits, self.act, self.positions, self.option_ids)
         return Outputs(logits=self.logits[:k], act=self.act[:rows])
 
     def embed(self, batch: Batch) -> Outputs:
-        """The encoder alone over an embedding batch: each row's pooled hidden state."""
+        """The encoder alone over an embedding batch: each row's pooled hidden state. Embeddings
+        always take the sequential layout (Laya's embedders pass no position ids)."""
         n, rows = batch.tokens, batch.rows
         if self.pooled is None:
             self.pooled = np.zeros((self.tokens, self.d), dtype=np.float32)

@@ -4,7 +4,9 @@ kernel is tested against, and the first backend.
 It walks the model graph (kime/graph.py, whose module doc states the forward pass) one row at a
 time, so each row sees exactly its own tokens: there is no padding and no mask beyond the local
 window. Computing each row on its own also makes a row's logits the same bits whatever else is in
-the batch. NumPy has no erf, so the exact GELU comes from the compiled `_ops` module.
+the batch. A row in the parallel option layout (`positions`, `option_ids`) takes RoPE at its
+position ids and the option mask in the encoder; the decision head is the same for both layouts.
+NumPy has no erf, so the exact GELU comes from the compiled `_ops` module.
 """
 from __future__ import annotations
 
@@ -54,12 +56,31 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     return x * cos + rotated * sin
 
 
-def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-              half_window: Optional[int]) -> np.ndarray:
-    """q, k, v [heads, n, head_dim] -> [n, heads * head_dim]; a window when `half_window` is set."""
+def option_mask(positions: np.ndarray, option_ids: np.ndarray,
+                half_window: Optional[int]) -> np.ndarray:
+    """[n, n] True where query i may see key j in the parallel layout (laya's
+    `parallel_option_masks`): not when both are in option slots and the slots differ, and in a
+    local layer only within `half_window` position ids."""
+    o = np.asarray(option_ids)
+    allowed = ~((o[:, None] > 0) & (o[None, :] > 0) & (o[:, None] != o[None, :]))
+    if half_window is not None:
+        p = np.asarray(positions, dtype=np.int64)
+        allowed &= np.abs(p[:, None] - p[None, :]) <= half_window
+    return allowed
+
+
+def attention(q: np.ndarray, k: np.ndarray, v: np.ndarray, half_window: Optional[int],
+              positions: Optional[np.ndarray] = None,
+              option_ids: Optional[np.ndarray] = None) -> np.ndarray:
+    """q, k, v [heads, n, head_dim] -> [n, heads * head_dim]; a window when `half_window` is set.
+    With `positions` and `option_ids` (the parallel layout) the window reads position ids and
+    the option mask applies (`option_mask`)."""
     heads, n, head_dim = q.shape
     scores = (q @ k.transpose(0, 2, 1)) * F32(head_dim ** -0.5)
-    if half_window is not None and n > half_window + 1:
+    if positions is not None and option_ids is not None:
+        allowed = option_mask(positions, option_ids, half_window)
+        scores = np.where(allowed[None], scores, F32(-np.inf))
+    elif half_window is not None and n > half_window + 1:
         pos = np.arange(n)
         outside = np.abs(pos[:, None] - pos[None, :]) > half_window
         scores = np.where(outside[None], F32(-np.inf), scores)
@@ -95,20 +116,29 @@ class ReferenceModel:
     def _optional(self, name: Optional[str]) -> Optional[np.ndarray]:
         return None if name is None else self.w[name]
 
-    def _attend(self, h: np.ndarray, block: Block) -> np.ndarray:
-        """Self-attention of one row: qkv, RoPE where the layer has it, the window, out."""
+    def _attend(self, h: np.ndarray, block: Block, positions: Optional[np.ndarray] = None,
+                option_ids: Optional[np.ndarray] = None) -> np.ndarray:
+        """Self-attention of one row: qkv, RoPE where the layer has it, the window, out. With
+        `positions` and `option_ids` (an encoder layer of a parallel-layout row) RoPE takes the
+        position ids and attention the option mask."""
         att: Attention = block.attention
         n = h.shape[0]
         qkv = self._linear(h, block.qkv)
         qkv = qkv.reshape(n, 3, att.heads, att.head_dim).transpose(1, 2, 0, 3)  # [3, heads, n, hd]
         q, k = qkv[0], qkv[1]
         if att.theta is not None:
-            cos, sin = self._tables(n, att.head_dim, att.theta)
+            if positions is None:
+                cos, sin = self._tables(n, att.head_dim, att.theta)
+            else:
+                cos, sin = self._tables(int(positions.max(initial=0)) + 1, att.head_dim, att.theta)
+                cos, sin = cos[positions], sin[positions]
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return self._linear(attention(q, k, qkv[2], att.half_window), block.out)
+        return self._linear(attention(q, k, qkv[2], att.half_window, positions, option_ids),
+                            block.out)
 
-    def _block(self, x: np.ndarray, block: Block) -> np.ndarray:
-        x = x + self._attend(self._norm(x, block.norm), block)
+    def _block(self, x: np.ndarray, block: Block, positions: Optional[np.ndarray] = None,
+               option_ids: Optional[np.ndarray] = None) -> np.ndarray:
+        x = x + self._attend(self._norm(x, block.norm), block, positions, option_ids)
         h = self._linear(self._norm(x, block.norm2), block.up)
         if block.up.geglu:
             act = np.empty((h.shape[0], block.up.n_out // 2), dtype=F32)
@@ -117,12 +147,23 @@ class ReferenceModel:
             act = np.maximum(h, F32(0))
         return x + self._linear(act, block.down)
 
-    def encode(self, ids: np.ndarray) -> np.ndarray:
-        """The ModernBERT encoder on one row: [n] ids -> [n, d] hidden states."""
+    def encode(self, ids: np.ndarray, positions: Optional[np.ndarray] = None,
+               option_ids: Optional[np.ndarray] = None) -> np.ndarray:
+        """The ModernBERT encoder on one row: [n] ids -> [n, d] hidden states; `positions` and
+        `option_ids` ([n] each, given together) lay the row out in the parallel layout."""
+        if (positions is None) != (option_ids is None):
+            raise ValueError("positions and option_ids go together: give both or neither")
+        if positions is not None and option_ids is not None:
+            positions = np.asarray(positions, dtype=np.int64)
+            option_ids = np.asarray(option_ids, dtype=np.int64)
+            if positions.shape != ids.shape or option_ids.shape != ids.shape:
+                raise ValueError("positions and option_ids must have one entry per token")
+            if (positions < 0).any():
+                raise ValueError("position ids must not be negative")
         g = self.graph
         x = self._norm(self.w[g.embedding][ids], g.emb_norm)
         for block in g.layers:
-            x = self._block(x, block)
+            x = self._block(x, block, positions, option_ids)
         return self._norm(x, g.final_norm)
 
     def head(self, x: np.ndarray, qtype: int) -> np.ndarray:
@@ -151,10 +192,12 @@ class ReferenceModel:
         h = gelu(self._linear(np.concatenate([x[0], feats])[None, :], head.hidden))
         return softmax(self._linear(h, head.out)[0])
 
-    def row(self, ids: np.ndarray, markers: np.ndarray,
-            qtype: int) -> Tuple[np.ndarray, np.ndarray]:
-        """(option logits [k], act probabilities [n_act]) for one row."""
-        x = self.head(self.encode(ids), qtype)
+    def row(self, ids: np.ndarray, markers: np.ndarray, qtype: int,
+            positions: Optional[np.ndarray] = None,
+            option_ids: Optional[np.ndarray] = None) -> Tuple[np.ndarray, np.ndarray]:
+        """(option logits [k], act probabilities [n_act]) for one row; `positions` and
+        `option_ids` for a row in the parallel layout (the encoder reads them, the head not)."""
+        x = self.head(self.encode(ids, positions, option_ids), qtype)
         logits = self.score(x, markers).astype(F32)
         return logits, self.act(x, logits).astype(F32)
 
@@ -177,6 +220,8 @@ class ReferenceModel:
         for r in range(batch.rows):
             a, b = batch.cu[r], batch.cu[r + 1]
             ma, mb = batch.mcu[r], batch.mcu[r + 1]
+            pos = None if batch.positions is None else batch.positions[a:b]
+            opt = None if batch.option_ids is None else batch.option_ids[a:b]
             logits[ma:mb], act[r] = self.row(batch.ids[a:b], batch.markers[ma:mb],
-                                             int(batch.qtype[r]))
+                                             int(batch.qtype[r]), pos, opt)
         return Outputs(logits=logits, act=act)

@@ -171,7 +171,8 @@ static void linear(const kime_model *m, const kime_arena *a, const float *A, int
 }
 
 static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_layer *L,
-                          const int32_t *cu, int rows, int n, int nthreads) {
+                          const int32_t *cu, int rows, int n, const int32_t *pos,
+                          const int32_t *opt, int nthreads) {
     int d = m->d, hd = d / m->heads;
     const float *in = a->x;
     if (L->norm_w) {
@@ -180,9 +181,9 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
     }
     linear(m, a, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
     kime_rope(a->qkv, n, cu, rows, m->heads, hd, L->is_global ? m->cos_global : m->cos_local,
-              L->is_global ? m->sin_global : m->sin_local, nthreads);
-    kime_attention(a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window, a->attn, d,
-                   a->attn_scratch, nthreads);
+              L->is_global ? m->sin_global : m->sin_local, pos, nthreads);
+    kime_attention(a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window, pos, opt,
+                   a->attn, d, a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
     linear(m, a, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,
@@ -197,7 +198,7 @@ static void head_layer(const kime_model *m, const kime_arena *a, const kime_laye
     int d = m->d;
     kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
     linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
-    kime_attention(a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, a->attn, d,
+    kime_attention(a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, NULL, NULL, a->attn, d,
                    a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
@@ -283,23 +284,27 @@ void kime_act_head(int isa, const float *x, const int32_t *cu, int rows, int d,
 
 /* The guards every entry shares: 0, or kime_forward's negative codes. */
 static int check_batch(const kime_model *m, const kime_arena *a, const int32_t *ids,
-                       const int32_t *cu, int rows) {
+                       const int32_t *cu, int rows, const int32_t *pos) {
     int n = cu[rows];
     if (n > a->max_tokens || rows > a->max_rows) return -1;
     for (int t = 0; t < n; t++)
         if (ids[t] < 0 || ids[t] >= m->vocab) return -2;
     for (int r = 0; r < rows; r++)
         if (cu[r + 1] - cu[r] > m->max_pos) return -3;
+    if (pos)
+        for (int t = 0; t < n; t++)
+            if (pos[t] < 0 || pos[t] >= m->max_pos) return -4;
     return 0;
 }
 
 /* The ModernBERT encoder through its final norm: a->x holds the last hidden state. Decisions and
  * embeddings run this same code, so both see the same bits of it. */
 static void encode(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
-                   int rows, int nthreads) {
+                   int rows, const int32_t *pos, const int32_t *opt, int nthreads) {
     int n = cu[rows];
     embed(m, ids, n, a->x, a->h, nthreads);
-    for (int i = 0; i < m->layers; i++) encoder_layer(m, a, &m->enc[i], cu, rows, n, nthreads);
+    for (int i = 0; i < m->layers; i++)
+        encoder_layer(m, a, &m->enc[i], cu, rows, n, pos, opt, nthreads);
     kime_layer_norm(a->x, a->x, n, m->d, m->final_norm_w, m->final_norm_b, m->norm_eps, nthreads);
 }
 
@@ -330,21 +335,22 @@ void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *o
 
 int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
                int rows, float *pooled, int nthreads) {
-    int rc = check_batch(m, a, ids, cu, rows);
+    int rc = check_batch(m, a, ids, cu, rows, NULL);
     if (rc != 0) return rc;
-    encode(m, a, ids, cu, rows, nthreads);
+    encode(m, a, ids, cu, rows, NULL, NULL, nthreads);
     kime_mean_pool(a->x, cu, rows, m->d, pooled, nthreads);
     return 0;
 }
 
 int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
                  int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
-                 float *logits, float *act, int nthreads) {
+                 const int32_t *pos, const int32_t *opt, float *logits, float *act, int nthreads) {
     int d = m->d, n = cu[rows], n_markers = mcu[rows];
     if (n_markers > a->max_markers) return -1;
-    int rc = check_batch(m, a, ids, cu, rows);
+    if (!pos || !opt) pos = opt = NULL; /* both or neither */
+    int rc = check_batch(m, a, ids, cu, rows, pos);
     if (rc != 0) return rc;
-    encode(m, a, ids, cu, rows, nthreads);
+    encode(m, a, ids, cu, rows, pos, opt, nthreads);
 
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)

@@ -56,10 +56,13 @@ typedef struct {
 } kime_arena;
 
 /* Runs the batch; returns 0, or a negative code when the batch does not fit the arena or holds
- * an id outside the vocabulary (the caller checked, so this is a guard, not an API). */
+ * an id outside the vocabulary or a position outside the tables (the caller checked, so this is
+ * a guard, not an API). pos and opt (per token, like ids) are a parallel-layout batch's position
+ * and option ids, both NULL for a sequential batch: the encoder's RoPE and attention read them
+ * (kernels.h), the decision head never does. */
 int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
                  int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
-                 float *logits, float *act, int nthreads);
+                 const int32_t *pos, const int32_t *opt, float *logits, float *act, int nthreads);
 
 /* The encoder alone (no decision head) and each row's mean over its tokens of the last hidden
  * state (after the final norm): pooled [rows, d]. The same guards and codes as kime_forward. */
