@@ -39,6 +39,12 @@
 #include "vgelu.h"
 #endif
 
+#if defined(__aarch64__)
+#define KIME_ARM64 1
+#include <arm_neon.h>
+#include "epilogue_neon.h"
+#endif
+
 #define MAX_TILE (14 * 32) /* floats of the largest MR x NR register tile, a multiple of 16 */
 
 #include "epilogue512.h"
@@ -206,11 +212,70 @@ T256 static void store256(const float *acc, int m, int n0, int nv, const epilogu
 }
 #endif /* KIME_X86 */
 
+#ifdef KIME_ARM64
+/* ---- NEON (every aarch64 level): 12 x 8 tiles -----------------------------------------------
+ * 24 accumulators, 2 B vectors and 3 A vectors: 29 of the 32 registers. Per k, 5 loads feed 24
+ * fmla (by element: row i's A value is a lane of an A vector, so A needs no broadcast), enough
+ * independent sums for 4 FMA pipes of 4-cycle latency. 8 columns keep a GEGLU tile's halves
+ * vector-aligned (4 "a" lanes, 4 gate lanes). A 12 x 768 sliver is 36 KB and a 768 x 8 panel
+ * 24 KB: the panel stays in a 64 KB L1 while a block's slivers stream from L2. */
+
+#define NMR 12
+#define NNR 8
+
+static inline __attribute__((always_inline)) void
+kernel_neon_m(const int m, int K, const float *a, const float *b, float *acc)
+{
+    float32x4_t c0[NMR], c1[NMR];
+#pragma GCC unroll 12
+    for (int i = 0; i < m; i++)
+        c0[i] = c1[i] = vdupq_n_f32(0.0f);
+    for (int k = 0; k < K; k++, a += NMR, b += NNR) {
+        const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4);
+        const float32x4_t a0 = vld1q_f32(a);
+        const float32x4_t a1 = m > 4 ? vld1q_f32(a + 4) : a0, a2 = m > 8 ? vld1q_f32(a + 8) : a0;
+        /* lane indices must be constants: one line per row, the m test folds away */
+#define ROW(i, av, l)                                                                          \
+    if (m > i) {                                                                               \
+        c0[i] = vfmaq_laneq_f32(c0[i], b0, av, l);                                             \
+        c1[i] = vfmaq_laneq_f32(c1[i], b1, av, l);                                             \
+    }
+        ROW(0, a0, 0) ROW(1, a0, 1) ROW(2, a0, 2) ROW(3, a0, 3)
+        ROW(4, a1, 0) ROW(5, a1, 1) ROW(6, a1, 2) ROW(7, a1, 3)
+        ROW(8, a2, 0) ROW(9, a2, 1) ROW(10, a2, 2) ROW(11, a2, 3)
+#undef ROW
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < m; i++) {
+        vst1q_f32(acc + i * NNR, c0[i]);
+        vst1q_f32(acc + i * NNR + 4, c1[i]);
+    }
+}
+
+static void kernel_neon(int m, int K, const float *a, const float *b, float *acc)
+{
+    switch (m) { /* one register allocation per row count */
+#define CASE(M) case M: kernel_neon_m(M, K, a, b, acc); break;
+        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6)
+        CASE(7) CASE(8) CASE(9) CASE(10) CASE(11) CASE(12)
+#undef CASE
+    }
+}
+
+static void store_neon(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
+{
+    kime_store_neon(acc, NNR, NNR / 2, m, n0, nv, e, C);
+}
+#endif /* KIME_ARM64 */
+
 static const gemm_impl IMPLS[3] = {
     {PMR, PNR, 128 << 10, kernel_portable, store_portable},
 #ifdef KIME_X86
     {HMR, HNR, 128 << 10, kernel256, store256},
     {AMR, ANR, 640 << 10, kernel512, store512},
+#endif
+#ifdef KIME_ARM64
+    {NMR, NNR, 256 << 10, kernel_neon, store_neon},
 #endif
 };
 
@@ -219,6 +284,10 @@ static const gemm_impl *impl_of(int isa)
 #ifdef KIME_X86
     if (isa == KIME_ISA_AVX2 || isa == KIME_ISA_AVX512)
         return &IMPLS[isa];
+#endif
+#ifdef KIME_ARM64
+    if (isa >= KIME_ISA_NEON && isa <= KIME_ISA_BF16) /* no level changes the FP32 kernel */
+        return &IMPLS[1];
 #endif
     (void)isa;
     return &IMPLS[0];

@@ -1,6 +1,8 @@
 /* The exact-erf GELU, vectorised, shared by the FP32 and INT8 GEMM epilogues (one copy, so the
- * two precisions' GELU is the same function). Include after <immintrin.h> and the T512/T256
- * target macros; everything is static inline, compiled into each file that uses it. */
+ * two precisions' GELU is the same function). On x86 include after <immintrin.h> and the
+ * T512/T256 target macros; on aarch64 it brings <arm_neon.h> itself. Everything is static
+ * inline, compiled into each file that uses it. The three vector widths (erf16, erf8, erf4) run
+ * the same IEEE operations on the same values in the same order, so they give the same bits. */
 #ifndef KIME_VGELU_H
 #define KIME_VGELU_H
 
@@ -25,6 +27,7 @@ static const float EXPM1_Q[5] = {1.381412381e-03f, 8.368900977e-03f, 4.166840762
 #define LN2_LO (-2.12194440e-4f)
 #define LOG2E 1.44269504089f
 
+#if defined(__x86_64__) || defined(__i386__)
 T512 static inline __m512 erf16(__m512 x)
 {
     __m512 a = _mm512_min_ps(_mm512_abs_ps(x), S16(4.0f)), z = _mm512_mul_ps(a, a);
@@ -81,5 +84,42 @@ T256 static inline __m256 gelu8(__m256 x)
     return _mm256_mul_ps(_mm256_mul_ps(x, S8(0.5f)),
                          _mm256_add_ps(S8(1.0f), erf8(_mm256_mul_ps(x, S8(VGELU_SQRT1_2)))));
 }
+#endif /* x86 */
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#define S4(v) vdupq_n_f32(v)
+
+/* erf8 in NEON, step for step: fnmsub(n, c, r) = -(n c) - r is -fma(n, c, r) (round to nearest
+ * is symmetric), fnmadd(n, c, t) = t - n c is vfms, and vrndn rounds to nearest even as
+ * _MM_FROUND_TO_NEAREST_INT. */
+static inline float32x4_t erf4(float32x4_t x)
+{
+    const uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(x), vdupq_n_u32(0x80000000u));
+    float32x4_t a = vminq_f32(vabsq_f32(x), S4(4.0f)), z = vmulq_f32(a, a);
+    float32x4_t p = S4(ERF_P[0]), r = S4(ERF_R[0]), q = S4(EXPM1_Q[0]);
+    for (int i = 1; i < 7; i++)
+        p = vfmaq_f32(S4(ERF_P[i]), p, z);
+    for (int i = 1; i < 8; i++)
+        r = vfmaq_f32(S4(ERF_R[i]), r, a);
+    float32x4_t small = vfmaq_f32(a, a, p);
+    float32x4_t n = vrndnq_f32(vmulq_f32(r, S4(-LOG2E)));
+    float32x4_t f = vfmsq_f32(vnegq_f32(vfmaq_f32(r, n, S4(LN2_HI))), n, S4(LN2_LO));
+    for (int i = 1; i < 5; i++)
+        q = vfmaq_f32(S4(EXPM1_Q[i]), q, f);
+    float32x4_t s = vfmaq_f32(f, vmulq_f32(f, f), q);
+    float32x4_t p2 = vreinterpretq_f32_s32( /* 2^n, n in [-26, -1] */
+        vaddq_s32(vreinterpretq_s32_f32(S4(1.0f)), vshlq_n_s32(vcvtnq_s32_f32(n), 23)));
+    float32x4_t big = vfmsq_f32(vsubq_f32(S4(1.0f), p2), s, p2);
+    float32x4_t y = vbslq_f32(vcltq_f32(a, S4(1.0f)), small, big);
+    return vreinterpretq_f32_u32(vorrq_u32(vreinterpretq_u32_f32(y), sign));
+}
+
+static inline float32x4_t gelu4(float32x4_t x)
+{
+    return vmulq_f32(vmulq_f32(x, S4(0.5f)),
+                     vaddq_f32(S4(1.0f), erf4(vmulq_f32(x, S4(VGELU_SQRT1_2)))));
+}
+#endif /* aarch64 */
 
 #endif
