@@ -6,6 +6,6 @@ Like `kime.synthetic`, this needs only NumPy, tokenizers and safetensors, so it 
 """
 from __future__ import annotations
 
-from .synthetic import SHAPES, Shape, graph_of, write_checkpoint
+from .synthetic import OPTION_LAYOUTS, SHAPES, Shape, graph_of, write_checkpoint
 
-__all__ = ["SHAPES", "Shape", "graph_of", "write_checkpoint"]
+__all__ = ["OPTION_LAYOUTS", "SHAPES", "Shape", "graph_of", "write_checkpoint"]

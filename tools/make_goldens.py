@@ -725,6 +725,7 @@ AREAS += ("goldens_mcp.py",)  # issue 24: laya-mcp-server's tools over a Router 
 AREAS += ("goldens_tools.py",)  # issue 24: the tool selector (integrations_tools.json)
 AREAS += ("goldens_langchain.py",)  # issue 24: LangChain/LangGraph runnables (integrations_langchain.json)
 AREAS += ("goldens_agno.py",)  # issue 24: agno router and guardrail (integrations_agno.json)
+AREAS += ("goldens_parallel.py",)  # issue 26: a laya.train parallel-layout checkpoint (parallel.json)
 
 
 def record_areas() -> List[str]:

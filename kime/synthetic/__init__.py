@@ -26,7 +26,10 @@ from typing import Dict, Union
 from .shapes import FULL, SHAPES, SLIDING, Shape, graph_of, random_weights
 from .vocab import special_ids, write_json, write_tokenizer
 
-__all__ = ["SHAPES", "Shape", "graph_of", "write_checkpoint"]
+__all__ = ["OPTION_LAYOUTS", "SHAPES", "Shape", "graph_of", "write_checkpoint"]
+
+OPTION_LAYOUTS = ("sequential", "parallel")
+"""Laya's option layouts (`laya.common.OPTION_LAYOUTS`): where a row's option slots sit."""
 
 
 def _encoder_config(shape: Shape) -> Dict[str, object]:
@@ -103,7 +106,7 @@ def _usable_temperature(value: object) -> bool:
 
 
 def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
-                     odd_temperatures: bool = False) -> Path:
+                     odd_temperatures: bool = False, option_layout: str = "sequential") -> Path:
     """Write a random-weight Laya checkpoint of a named shape to `path` and return the path.
 
     The directory loads unchanged in Laya 0.4.15 (`laya.Agent(path)`), so tests can compare kime
@@ -113,9 +116,16 @@ def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
     A shape's calibration includes temperatures that Laya clamps or replaces (below 0.5, above 5,
     not a number), which the tests and goldens need; they are written only with
     `odd_temperatures=True`, so a checkpoint made to try kime loads without a warning.
+
+    `option_layout="parallel"` writes `"option_layout": "parallel"` into `rl_agent_config.json`,
+    as `laya.train` does for a checkpoint trained on Laya's parallel option layout (the same
+    weights read as another model there); the default writes no key, Laya's sequential layout.
     """
     if shape not in SHAPES:
         raise ValueError("unknown checkpoint shape %r; use one of %s" % (shape, sorted(SHAPES)))
+    if option_layout not in OPTION_LAYOUTS:
+        raise ValueError("option_layout must be one of %s, got %r"
+                         % (", ".join(OPTION_LAYOUTS), option_layout))
     spec = SHAPES[shape]
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
@@ -127,7 +137,7 @@ def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
 
     (root / "encoder").mkdir(exist_ok=True)
     write_json(root / "encoder" / "config.json", _encoder_config(spec))
-    write_json(root / "rl_agent_config.json", {
+    config: Dict[str, object] = {
         "encoder": spec.encoder,
         "head_layers": spec.head_layers,
         "act_costs": dict(spec.act_costs),
@@ -137,7 +147,11 @@ def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
         "temperature_by_options": dict(spec.temperature_by_options) if odd_temperatures
         else {k: v for k, v in spec.temperature_by_options.items() if _usable_temperature(v)},
         "amp_dtype": "bf16",
-    })
+    }
+    if option_layout != "sequential":
+        # Only a parallel checkpoint names its layout, so a sequential one keeps today's bytes.
+        config["option_layout"] = option_layout
+    write_json(root / "rl_agent_config.json", config)
 
     from safetensors.numpy import save_file
 
