@@ -17,6 +17,11 @@ else the batch holds. Running out of device memory while building a plan splits 
 smaller ones; it never falls back to the CPU. `close()` frees the weights and plans and returns
 the memory to the device; a run after it raises `BackendError`. An embedding batch
 (`Batch.embed`) runs in the same plans, through the plan's embedding mode (embed.py).
+
+A parallel-layout batch (`Batch.parallel`) runs the plan's second lowering and graph, built on
+its first such batch (in `warm` for a parallel checkpoint): the encoder's rope and attention read
+the position ids, option ids and row reach uploaded in the same metadata copy. A sequential batch
+replays exactly the launches it always had; the decision head's attention is unmasked in both.
 """
 from __future__ import annotations
 
@@ -34,8 +39,9 @@ from ..graph import Linear, Norm, rope_half_tables
 from .device import open_cupy
 from .embed import EmbedMode
 from .gemm import Gemm, GemmCall
-from .kernels import Kernels, Launch, capture
-from .layout import SLACK, Layout, aligned_tokens, buffer_ints, offsets, pick_cap, plan_caps
+from .kernels import Kernels, Launch, Parallel, capture
+from .layout import (SLACK, Layout, aligned_tokens, buffer_ints, halve, offsets, pick_cap,
+                     plan_caps, sub_batch, used_ints)
 
 Op = Union[Launch, GemmCall]
 
@@ -48,22 +54,6 @@ def toolkit(ordinal: int) -> Tuple[Any, Any]:
     from cupy_backends.cuda.libs import cublas
 
     return cupy, cublas
-
-
-def sub_batch(batch: Batch, start: int, stop: int) -> Batch:
-    """Rows `start:stop` of a batch, as a batch of their own."""
-    a, b = int(batch.cu[start]), int(batch.cu[stop])
-    ma, mb = int(batch.mcu[start]), int(batch.mcu[stop])
-    return Batch(ids=batch.ids[a:b], cu=batch.cu[start:stop + 1] - a,
-                 markers=batch.markers[ma:mb], mcu=batch.mcu[start:stop + 1] - ma,
-                 qtype=batch.qtype[start:stop], embed=batch.embed)
-
-
-def halve(batch: Batch) -> int:
-    """The row that splits a batch into two of about equal tokens (at least one row each)."""
-    half = batch.tokens / 2
-    best = min(range(1, batch.rows), key=lambda r: abs(int(batch.cu[r]) - half))
-    return best
 
 
 class Plan:
@@ -110,6 +100,9 @@ class Plan:
         self.ops: List[Op] = self._lower()
         self.graph: Any = None
         self.graph_error: Optional[str] = None
+        self.parallel_ops: Optional[List[Op]] = None  # built on the first parallel batch
+        self.parallel_graph: Any = None
+        self.parallel_graph_error: Optional[str] = None
         self.embedding: Optional[EmbedMode] = None
         """The embedding mode (embed.py), built on the plan's first embedding batch."""
 
@@ -130,10 +123,12 @@ class Plan:
         w = self.owner.weights
         return (None, None, 0.0) if norm is None else (w[norm.weight], w.get(norm.bias), norm.eps)
 
-    def lower_encoder(self, ops: List[Op], zero_type: Any = None) -> None:
+    def lower_encoder(self, ops: List[Op], zero_type: Any = None,
+                      parallel: Optional[Parallel] = None) -> None:
         """The encoder's launches into `ops`, up to its final norm: fused with the question-type
         embedding and the first head norm for decisions; for an embedding (`zero_type`, a zero
-        type table) the final norm alone, leaving the last hidden state in `x`."""
+        type table) the final norm alone, leaving the last hidden state in `x`. `parallel`: the
+        parallel layout's rope and attention."""
         o = self.owner
         g, w, k = o.graph, o.weights, o.compiled
         d, n = g.hidden, self.cap
@@ -147,8 +142,10 @@ class Plan:
             assert att.theta is not None  # every encoder layer rotates q and k
             cos, sin = self.rope[att.theta]
             # The rope kernel adds the qkv bias too.
-            ops.append(k.rope(big, w.get(layer.qkv.bias), cos, sin, f["lo"], n, d, att.head_dim))
-            ops.append(k.attention(big, f["lo"], f["hi"], n, d, att.heads, att.half_window, h))
+            ops.append(k.rope(big, w.get(layer.qkv.bias), cos, sin, f["lo"], n, d, att.head_dim,
+                              parallel))
+            ops.append(k.attention(big, f["lo"], f["hi"], n, d, att.heads, att.half_window, h,
+                                   parallel))
             mm(h, layer.out, y)
             ops.append(k.add_norm(x, y, w.get(layer.out.bias), *norm_args(layer.norm2), n, d, h))
             mm(h, layer.up, big)
@@ -165,10 +162,11 @@ class Plan:
                 ops.append(k.final_norm(x, y, bias, *norm_args(g.final_norm), w[g.type_emb],
                                         f["qtok"], *norm_args(first), n, d, h))
 
-    def _lower(self) -> List[Op]:
+    def _lower(self, parallel: Optional[Parallel] = None) -> List[Op]:
         """The forward pass as a flat list of launches, every address and size bound. Each norm
         after the first is fused into the residual add before it (`add_norm`), so the lowering
-        looks one block ahead for the norm that opens it."""
+        looks one block ahead for the norm that opens it. `parallel`: the parallel layout's
+        encoder (the head is the same)."""
         o = self.owner
         g, w, k = o.graph, o.weights, o.compiled
         d, n = g.hidden, self.cap
@@ -176,7 +174,7 @@ class Plan:
         f = self.fields
         ops: List[Op] = []
         mm, norm_args = self._mm(ops), self._norm_args
-        self.lower_encoder(ops)
+        self.lower_encoder(ops, parallel=parallel)
         for j, layer in enumerate(g.head):
             att = layer.attention
             mm(h, layer.qkv, big)
@@ -199,13 +197,23 @@ class Plan:
                               n, d, head.hidden.n_out, self.n_act, self.act))
         return ops
 
-    def forward(self) -> None:
-        """Enqueue the whole forward pass on the current stream."""
-        for op in self.ops:
-            op()
+    def lower_parallel(self) -> List[Op]:
+        """The parallel layout's lowering, built on first use (before any capture)."""
+        if self.parallel_ops is None:
+            f = self.fields
+            self.parallel_ops = self._lower(Parallel(f["pos"], f["opt"], f["shift"]))
+        return self.parallel_ops
 
-    def _capture(self) -> None:
-        self.graph, self.graph_error = capture(self.owner.stream, self.ops)
+    def _replay(self, ops: List[Op], graph: Any, error: Optional[str],
+                graphs: bool) -> Tuple[Any, Optional[str]]:
+        """Enqueue `ops`: eagerly; or, with `graphs`, eagerly then captured on the first batch
+        (cuBLAS warms up outside the capture) and that graph after. Returns (graph, error)."""
+        if graphs and error is None and graph is not None:
+            graph.launch(self.owner.stream)
+            return graph, error
+        for op in ops:
+            op()
+        return capture(self.owner.stream, ops) if graphs and error is None else (graph, error)
 
     def embed_mode(self) -> EmbedMode:
         """The plan's embedding mode, built (its buffers allocated) on first use."""
@@ -217,8 +225,10 @@ class Plan:
         """Lay the batch into the slots and enqueue the metadata's upload: (markers, rows)."""
         markers, rows = self.layout.fill(batch)
         runtime, stream = self.owner.cupy.cuda.runtime, self.owner.stream
+        # One copy: the sequential fields, and the parallel ones after them when there are any.
         runtime.memcpyAsync(self.meta.data.ptr, self.layout.buffer.ctypes.data,
-                            4 * self.layout.buffer.size, runtime.memcpyHostToDevice, stream.ptr)
+                            4 * used_ints(self.cap, batch.parallel), runtime.memcpyHostToDevice,
+                            stream.ptr)
         return markers, rows
 
     def run(self, batch: Batch, graphs: bool) -> Outputs:
@@ -229,13 +239,12 @@ class Plan:
         markers, rows = self.fill(batch)
         cp, stream = self.owner.cupy, self.owner.stream
         runtime = cp.cuda.runtime
-        if not graphs or self.graph_error is not None:
-            self.forward()
-        elif self.graph is None:
-            self.forward()  # this batch's results; and cuBLAS warms up outside the capture
-            self._capture()
+        if batch.parallel:  # its own lowering and graph: never the sequential one's launches
+            self.parallel_graph, self.parallel_graph_error = self._replay(
+                self.lower_parallel(), self.parallel_graph, self.parallel_graph_error, graphs)
         else:
-            self.graph.launch(stream)
+            self.graph, self.graph_error = self._replay(self.ops, self.graph, self.graph_error,
+                                                        graphs)
         runtime.memcpyAsync(self.logits_host.ctypes.data, self.logits.data.ptr, 4 * markers,
                             runtime.memcpyDeviceToHost, stream.ptr)
         runtime.memcpyAsync(self.act_host.ctypes.data, self.act.data.ptr,
@@ -291,6 +300,9 @@ class CudaBackend:
             head_dims = sorted({b.attention.head_dim for b in self.graph.blocks})
             self.compiled = Kernels(cp, self.half, head_dims, mma=attention != "simple",
                                     mma_ok=self.capability >= (8, 0))
+            self.parallel = ck.config.parallel  # its batches are in the parallel layout
+            if self.parallel:
+                self.compiled.load_parallel()
         if attention == "mma" and not self.compiled.use_mma:
             raise Unsupported("attention='mma' needs precision='f16' and a GPU of compute "
                               "capability 8.0 or newer; this is %s (sm_%d%d) in %s"
@@ -344,6 +356,9 @@ class CudaBackend:
         batch = Batch.pack([[0] * 16], [[1]], [0])
         with self._device, self.stream:
             self.plan(cap).run(batch, self.graphs)
+            if self.parallel:  # the graph the checkpoint's batches replay
+                self.plan(cap).run(Batch.pack([[0] * 16], [[1]], [0], positions=[range(16)],
+                                              option_ids=[[0] + [1] * 15]), self.graphs)
 
     def _is_oom(self, error: BaseException) -> bool:
         if isinstance(error, self.cupy.cuda.memory.OutOfMemoryError):
@@ -411,7 +426,8 @@ class CudaBackend:
         numerics = ("FP16 weights and activations, FP32 accumulation" if self.half
                     else "FP32, TF32 off")
         attention = "tensor-core attention" if self.compiled.use_mma else "FP32-math attention"
-        failed = sorted({p.graph_error for p in self._plans.values() if p.graph_error})
+        failed = sorted({e for p in self._plans.values()
+                         for e in (p.graph_error, p.parallel_graph_error) if e})
         if not self.graphs:
             graphs = "no CUDA graphs"
         elif failed:

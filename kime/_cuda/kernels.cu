@@ -17,6 +17,12 @@
 // is a row of its own: lo = t, hi = t + 1). A token only ever reads tokens of its own row, so
 // whatever fills the gaps and padding never changes a real row's bits.
 //
+// A parallel-layout batch (Laya's `parallel_layout`) also carries per token its position id
+// `pos`, option id `opt` (0 shared, s + 1 in option slot s) and its row's reach `shift` (how far a
+// position id may stray from its index). It runs the `_par` variants of rope and attention, which
+// take those; a sequential batch runs the kernels without them, unchanged, so the choice is made
+// once per batch (per captured graph), never per token.
+//
 // Determinism: every reduction runs in a fixed order that depends only on the row itself (block
 // sums in a fixed tree; attention visits 16-aligned key chunks counted from the row's start), so
 // a row gives the same bits wherever it sits in a batch.
@@ -198,15 +204,13 @@ extern "C" __global__ void bias_act(act_t* io, const float* bias, int width, lon
     }
 }
 
-// Rotary embedding, rotate-half form, on q and k of qkv [t, 3d] in place, at the token's
-// position in its row (t - lo[t]); `cos`/`sin` are [positions, hd / 2] for the layer's theta.
-// Adds the Wqkv bias first when there is one (to v too). One block per token.
-extern "C" __global__ void rope(act_t* qkv, const float* bias, const float* cos_t,
-                                const float* sin_t, const int* lo, int d, int hd) {
-    const long t = blockIdx.x;
+// Rotary embedding, rotate-half form, on q and k of token t's row of qkv [t, 3d] in place, at
+// position `pos`; `cos`/`sin` are [positions, hd / 2] for the layer's theta. Adds the Wqkv bias
+// first when there is one (to v too).
+__device__ __forceinline__ void rope_token(act_t* qkv, const float* bias, const float* cos_t,
+                                           const float* sin_t, int d, int hd, long t, int pos) {
     act_t* row = qkv + t * 3 * d;
     const int half = hd >> 1;
-    const int pos = (int)(t - lo[t]);
     const float* c_row = cos_t + (long)pos * half;
     const float* s_row = sin_t + (long)pos * half;
     for (int p = threadIdx.x; p < d; p += blockDim.x) {  // d pairs: d / 2 in q, d / 2 in k
@@ -228,6 +232,20 @@ extern "C" __global__ void rope(act_t* qkv, const float* bias, const float* cos_
         for (int i = threadIdx.x; i < d; i += blockDim.x) st(row + 2 * d + i, ld(row + 2 * d + i) + bias[2 * d + i]);
 }
 
+// RoPE at the token's index in its row (t - lo[t]). One block per token.
+extern "C" __global__ void rope(act_t* qkv, const float* bias, const float* cos_t,
+                                const float* sin_t, const int* lo, int d, int hd) {
+    const long t = blockIdx.x;
+    rope_token(qkv, bias, cos_t, sin_t, d, hd, t, (int)(t - lo[t]));
+}
+
+// RoPE at the token's position id (the parallel layout). One block per token.
+extern "C" __global__ void rope_pos(act_t* qkv, const float* bias, const float* cos_t,
+                                    const float* sin_t, const int* pos, int d, int hd) {
+    const long t = blockIdx.x;
+    rope_token(qkv, bias, cos_t, sin_t, d, hd, t, pos[t]);
+}
+
 // The key range a group of 16 queries starting at q0 visits: from the window's start, rounded
 // down to a multiple of 16, to the end of its row's 16-aligned span. Rows start at multiples of
 // 16, so the chunks are the same counted from the row's start wherever the row sits.
@@ -238,20 +256,35 @@ __device__ __forceinline__ void key_range(const int* lo, const int* hi, int q0, 
     *ke = (min(span_end, q0 + 16 + hw) + 15) & ~15;
 }
 
+// The parallel layout's mask: query (lo_q, hi_q, pos_q, opt_q) sees key k when k is in its row,
+// not in another option than the query's (option 0 is shared), and within `hw` of it in position
+// ids. Reads pos[k] and opt[k] only for a key of the row.
+__device__ __forceinline__ bool parallel_key(int k, int lo_q, int hi_q, int pos_q, int opt_q,
+                                             const int* pos, const int* opt, int hw) {
+    if (k < lo_q || k >= hi_q) return false;
+    const int opt_k = opt[k];
+    if (opt_q > 0 && opt_k > 0 && opt_k != opt_q) return false;
+    return abs(pos_q - pos[k]) <= hw;
+}
+
 // Attention over unpadded rows, one thread per query, FP32 math: the FP32 path and the fallback
 // for head sizes the tensor-core kernel does not take. Query q sees key k when both are in the
-// same row (lo[q] <= k < hi[q]) and |q - k| <= hw (hw is huge on global layers). Online softmax
-// over 16-key chunks. qkv [t, 3d]; out [t, d]. Grid (cap / 64, heads), block 64.
-template <int HD>
-__global__ void attention_simple(const act_t* qkv, const int* lo, const int* hi, int n_tok, int d,
-                                 float scale, int hw, act_t* out) {
+// same row (lo[q] <= k < hi[q]) and |q - k| <= hw (hw is huge on global layers); with PAR (the
+// parallel layout), when parallel_key says so, over a key range widened by the row's reach.
+// Online softmax over 16-key chunks. qkv [t, 3d]; out [t, d]. Grid (cap / 64, heads), block 64.
+template <int HD, bool PAR>
+__device__ __forceinline__ void attention_simple_body(const act_t* qkv, const int* lo,
+                                                      const int* hi, const int* pos,
+                                                      const int* opt, const int* shift, int n_tok,
+                                                      int d, float scale, int hw, act_t* out) {
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= n_tok) return;
     const int head = blockIdx.y;
     const long ld3 = 3L * d;
     int kb, ke;
-    key_range(lo, hi, q & ~15, hw, &kb, &ke);
+    key_range(lo, hi, q & ~15, PAR ? hw + shift[q & ~15] : hw, &kb, &ke);
     const int lo_q = lo[q], hi_q = hi[q];
+    const int pos_q = PAR ? pos[q] : 0, opt_q = PAR ? opt[q] : 0;
     float qv[HD], acc[HD];
     const act_t* qp = qkv + q * ld3 + head * HD;
 #pragma unroll
@@ -266,7 +299,8 @@ __global__ void attention_simple(const act_t* qkv, const int* lo, const int* hi,
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
             const int k = kc + j;
-            const bool valid = k >= lo_q && k < hi_q && abs(q - k) <= hw;
+            const bool valid = PAR ? parallel_key(k, lo_q, hi_q, pos_q, opt_q, pos, opt, hw)
+                                   : k >= lo_q && k < hi_q && abs(q - k) <= hw;
             float dot = 0.0f;
             if (valid) {
                 const act_t* kp = qkv + k * ld3 + d + head * HD;
@@ -300,6 +334,20 @@ __global__ void attention_simple(const act_t* qkv, const int* lo, const int* hi,
     for (int i = 0; i < HD; ++i) st(op + i, acc[i] * inv);
 }
 
+template <int HD>
+__global__ void attention_simple(const act_t* qkv, const int* lo, const int* hi, int n_tok, int d,
+                                 float scale, int hw, act_t* out) {
+    attention_simple_body<HD, false>(qkv, lo, hi, 0, 0, 0, n_tok, d, scale, hw, out);
+}
+
+// The parallel layout's attention_simple.
+template <int HD>
+__global__ void attention_simple_par(const act_t* qkv, const int* lo, const int* hi,
+                                     const int* pos, const int* opt, const int* shift, int n_tok,
+                                     int d, float scale, int hw, act_t* out) {
+    attention_simple_body<HD, true>(qkv, lo, hi, pos, opt, shift, n_tok, d, scale, hw, out);
+}
+
 #ifdef KIME_HALF
 __device__ __forceinline__ u32 pack2(half_t a, half_t b) { return (u32)a | ((u32)b << 16); }
 
@@ -316,11 +364,13 @@ __device__ __forceinline__ void mma16816(float* c, const u32* a, u32 b0, u32 b1)
 // queries of one row and one head and walks its keys in chunks of 32, staged in shared memory.
 // V rows outside the warp's row are staged as zeros and masked scores are -inf, so nothing from
 // another row can reach a result (not even a NaN through 0 * NaN). Same mask and chunk start as
-// attention_simple. Grid (cap / (16 * WARPS), heads), block 32 * WARPS.
-template <int HD, int WARPS>
-__global__ void __launch_bounds__(32 * WARPS) attention_mma(const half_t* qkv, const int* lo,
-                                                            const int* hi, int n_tok, int d,
-                                                            float scale, int hw, half_t* out) {
+// attention_simple, PAR the parallel layout's as there. Grid (cap / (16 * WARPS), heads), block
+// 32 * WARPS.
+template <int HD, int WARPS, bool PAR>
+__device__ __forceinline__ void attention_mma_body(const half_t* qkv, const int* lo, const int* hi,
+                                                   const int* pos, const int* opt,
+                                                   const int* shift, int n_tok, int d,
+                                                   float scale, int hw, half_t* out) {
 #if __CUDA_ARCH__ >= 800
     constexpr int KC = 32;       // keys per chunk
     constexpr int KS = HD + 8;   // shared row stride in halves: conflict-free fragment reads
@@ -337,10 +387,12 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma(const half_t* qkv, c
     const half_t* K = qkv + d + head * HD;
     const half_t* V = qkv + 2 * d + head * HD;
     int kb, ke;
-    key_range(lo, hi, q0, hw, &kb, &ke);
+    key_range(lo, hi, q0, PAR ? hw + shift[q0] : hw, &kb, &ke);
     const int row_lo = lo[q0], row_hi = hi[q0];
     const int qa = q0 + g, qb = q0 + g + 8;  // this thread's two query rows
     const int lo_a = lo[qa], hi_a = hi[qa], lo_b = lo[qb], hi_b = hi[qb];
+    const int pos_a = PAR ? pos[qa] : 0, opt_a = PAR ? opt[qa] : 0;
+    const int pos_b = PAR ? pos[qb] : 0, opt_b = PAR ? opt[qb] : 0;
 
     u32 qf[HD / 16][4];
 #pragma unroll
@@ -387,8 +439,10 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma(const half_t* qkv, c
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int key = kc + nt * 8 + tig * 2 + j;
-                const bool va = key >= lo_a && key < hi_a && abs(qa - key) <= hw;
-                const bool vb = key >= lo_b && key < hi_b && abs(qb - key) <= hw;
+                const bool va = PAR ? parallel_key(key, lo_a, hi_a, pos_a, opt_a, pos, opt, hw)
+                                    : key >= lo_a && key < hi_a && abs(qa - key) <= hw;
+                const bool vb = PAR ? parallel_key(key, lo_b, hi_b, pos_b, opt_b, pos, opt, hw)
+                                    : key >= lo_b && key < hi_b && abs(qb - key) <= hw;
                 s[nt][j] = va ? s[nt][j] * scale : NEG_INF;
                 s[nt][2 + j] = vb ? s[nt][2 + j] * scale : NEG_INF;
                 mx_a = fmaxf(mx_a, s[nt][j]);
@@ -455,6 +509,23 @@ __global__ void __launch_bounds__(32 * WARPS) attention_mma(const half_t* qkv, c
         *(u32*)(ob + n * 8) = pack2(f2h(o[n][2] * inv_b), f2h(o[n][3] * inv_b));
     }
 #endif
+}
+
+template <int HD, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) attention_mma(const half_t* qkv, const int* lo,
+                                                            const int* hi, int n_tok, int d,
+                                                            float scale, int hw, half_t* out) {
+    attention_mma_body<HD, WARPS, false>(qkv, lo, hi, 0, 0, 0, n_tok, d, scale, hw, out);
+}
+
+// The parallel layout's attention_mma.
+template <int HD, int WARPS>
+__global__ void __launch_bounds__(32 * WARPS) attention_mma_par(const half_t* qkv, const int* lo,
+                                                                const int* hi, const int* pos,
+                                                                const int* opt, const int* shift,
+                                                                int n_tok, int d, float scale,
+                                                                int hw, half_t* out) {
+    attention_mma_body<HD, WARPS, true>(qkv, lo, hi, pos, opt, shift, n_tok, d, scale, hw, out);
 }
 #endif  // KIME_HALF
 

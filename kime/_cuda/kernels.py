@@ -8,11 +8,16 @@ integers, which is what a CUDA graph keeps anyway.
 
 The tensor-core attention (`attention_mma`) needs sm_80 and a head size that is a multiple of 16
 up to 128; anything else, and the whole FP32 path, uses `attention_simple`.
+
+A parallel-layout batch runs `rope_pos` and the `_par` attention instances (`Parallel`, the
+metadata fields they read); `rope` and `attention` pick them when given one, and otherwise build
+exactly the launches a sequential batch always had. A sequential checkpoint's model compiles the
+`_par` instances only if a parallel batch ever comes (a second module, built before any capture).
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -44,13 +49,25 @@ def takes_mma(head_dim: int) -> bool:
     return head_dim % 16 == 0 and head_dim <= 128
 
 
-def name_expressions(half: bool, head_dims: Iterable[int], mma: bool) -> Tuple[str, ...]:
-    """The template instances a model needs (NVRTC compiles only those)."""
+def name_expressions(half: bool, head_dims: Iterable[int], mma: bool,
+                     variant: str = "") -> Tuple[str, ...]:
+    """The template instances a model needs (NVRTC compiles only those); `variant` "_par" names
+    the parallel layout's."""
     dims = sorted(set(head_dims))
-    names = ["attention_simple<%d>" % hd for hd in dims]
+    names = ["attention_simple%s<%d>" % (variant, hd) for hd in dims]
     if half and mma:
-        names += ["attention_mma<%d, %d>" % (hd, mma_warps(hd)) for hd in dims if takes_mma(hd)]
+        names += ["attention_mma%s<%d, %d>" % (variant, hd, mma_warps(hd)) for hd in dims
+                  if takes_mma(hd)]
     return tuple(names)
+
+
+class Parallel(NamedTuple):
+    """The metadata fields (device arrays) a parallel-layout batch's rope and attention read:
+    position ids, option ids and each token's row reach (layout.py)."""
+
+    pos: Any
+    opt: Any
+    shift: Any
 
 
 def ptr(array: Any) -> np.uint64:
@@ -106,15 +123,30 @@ class Kernels:
             if hd > MAX_HEAD_DIM or hd % 2:
                 raise Unsupported("attention head size %d: the CUDA backend runs even head sizes "
                                   "up to %d" % (hd, MAX_HEAD_DIM))
+        self.cupy = cupy
         self.half = half
         self.use_mma = bool(half and mma and mma_ok)
+        self.head_dims = tuple(head_dims)
         self.names = name_expressions(half, head_dims, self.use_mma)
         self.module = cupy.RawModule(code=source(), options=options(half),
                                      name_expressions=self.names)
         # Load every function now: a module must not load for the first time inside a capture.
-        self._fn = {name: self.module.get_function(name) for name in (
+        self._fn: Dict[str, Any] = {name: self.module.get_function(name) for name in (
             "embed_norm", "add_norm", "final_norm", "geglu", "bias_act", "rope", "gather_norm",
             "score", "act_head", "mean_pool") + self.names}
+        self.parallel_module: Any = None
+        """The parallel layout's instances, compiled on the first parallel lowering."""
+
+    def load_parallel(self) -> None:
+        """Compile and load `rope_pos` and the `_par` attention instances (once): a plan calls
+        this while lowering, before anything is captured."""
+        if self.parallel_module is not None:
+            return
+        names = name_expressions(self.half, self.head_dims, self.use_mma, "_par")
+        self.parallel_module = self.cupy.RawModule(code=source(), options=options(self.half),
+                                                   name_expressions=names)
+        for name in ("rope_pos",) + names:
+            self._fn[name] = self.parallel_module.get_function(name)
 
     @staticmethod
     def norm_block(d: int) -> int:
@@ -149,7 +181,12 @@ class Kernels:
                             ptr(b1), np.float32(eps1), np.int32(d), ptr(h))
 
     def rope(self, qkv: Any, bias: Optional[Any], cos: Any, sin: Any, lo: Any, n: int, d: int,
-             head_dim: int) -> Launch:
+             head_dim: int, parallel: Optional[Parallel] = None) -> Launch:
+        """At each token's index in its row, or at its position id with `parallel`."""
+        if parallel is not None:
+            self.load_parallel()
+            return self._launch("rope_pos", (n,), (128,), ptr(qkv), ptr(bias), ptr(cos),
+                                ptr(sin), ptr(parallel.pos), np.int32(d), np.int32(head_dim))
         return self._launch("rope", (n,), (128,), ptr(qkv), ptr(bias), ptr(cos), ptr(sin), ptr(lo),
                             np.int32(d), np.int32(head_dim))
 
@@ -173,17 +210,26 @@ class Kernels:
     # --- attention ---------------------------------------------------------------------------
 
     def attention(self, qkv: Any, lo: Any, hi: Any, n: int, d: int, heads: int,
-                  half_window: Optional[int], out: Any) -> Launch:
-        """`half_window` None is a global layer. `n` is a multiple of 16 (a plan's slots)."""
+                  half_window: Optional[int], out: Any,
+                  parallel: Optional[Parallel] = None) -> Launch:
+        """`half_window` None is a global layer. `n` is a multiple of 16 (a plan's slots).
+        `parallel`: the parallel layout's option mask and position-id window (`_par`)."""
         hd = d // heads
         scale = np.float32(hd ** -0.5)
         hw = np.int32(GLOBAL_WINDOW if half_window is None else half_window)
-        args = (ptr(qkv), ptr(lo), ptr(hi), np.int32(n), np.int32(d), scale, hw, ptr(out))
+        variant = ""
+        fields: Tuple[Any, ...] = (ptr(lo), ptr(hi))
+        if parallel is not None:
+            self.load_parallel()
+            variant = "_par"
+            fields += (ptr(parallel.pos), ptr(parallel.opt), ptr(parallel.shift))
+        args = (ptr(qkv),) + fields + (np.int32(n), np.int32(d), scale, hw, ptr(out))
         if self.use_mma and takes_mma(hd):
             warps = mma_warps(hd)
-            return self._launch("attention_mma<%d, %d>" % (hd, warps),
+            return self._launch("attention_mma%s<%d, %d>" % (variant, hd, warps),
                                 (-(-n // (16 * warps)), heads), (32 * warps,), *args)
-        return self._launch("attention_simple<%d>" % hd, (-(-n // 64), heads), (64,), *args)
+        return self._launch("attention_simple%s<%d>" % (variant, hd), (-(-n // 64), heads),
+                            (64,), *args)
 
     def mean_pool(self, x: Any, rfirst: Any, hi: Any, rows: int, n: int, d: int,
                   out: Any) -> Launch:

@@ -16,6 +16,16 @@ Everything a batch changes lives in one int32 buffer, uploaded with one copy per
 `ids`, `lo`, `hi`, `qtok` (question type per token), `mtok` (slot of each option marker; slots past
 the batch's markers repeat marker 0), `rfirst` (first slot of each row) and `mcu` (marker offsets
 per row; rows past the batch have none, so the act head skips them).
+
+A parallel-layout batch (`Batch.parallel`) also fills three fields after those, uploaded in the
+same copy (a sequential batch uploads only the fields above, `used_ints`): `pos` (each token's
+position id; a gap or padding token's is its index in its own row), `opt` (its option id, 0
+shared) and `shift` (per token, its row's reach: how far a position id may fall behind or run
+ahead of its index, `max(j - pos[j]) + max(pos[j] - j)` over the row). The attention kernels widen
+a local layer's key range by `shift` in the parallel variant: a key j within `half_window` of query
+i in position ids lies within `half_window + shift` of it in slots. In Laya's layout nothing runs
+ahead, and the reach is the length of every option slot but the last (at least the slots' total
+less the longest, where the state sits).
 """
 from __future__ import annotations
 
@@ -32,6 +42,7 @@ SLACK = 64
 that may run up to 16 rows past a row's aligned end."""
 
 FIELDS = ("ids", "lo", "hi", "qtok", "mtok", "rfirst", "mcu")
+PARALLEL_FIELDS = ("pos", "opt", "shift")
 
 
 def span(n: int) -> int:
@@ -56,14 +67,41 @@ def pick_cap(slots: int, caps: Sequence[int] = plan_caps()) -> int:
     return pick_bucket(slots, caps)
 
 
+def used_ints(cap: int, parallel: bool) -> int:
+    """int32 entries a batch uploads: the sequential fields, and the parallel ones after them
+    for a parallel-layout batch."""
+    return (7 + 3 * parallel) * cap + 1
+
+
 def buffer_ints(cap: int) -> int:
-    """int32 entries of a plan's metadata buffer."""
-    return 7 * cap + 1
+    """int32 entries of a plan's metadata buffer (room for a parallel-layout batch)."""
+    return used_ints(cap, True)
 
 
 def offsets(cap: int) -> Dict[str, int]:
     """Where each field starts in the metadata buffer, in int32 entries."""
-    return {name: i * cap for i, name in enumerate(FIELDS)}
+    at = {name: i * cap for i, name in enumerate(FIELDS)}
+    at.update((name, (7 + i) * cap + 1) for i, name in enumerate(PARALLEL_FIELDS))
+    return at
+
+
+def sub_batch(batch: Batch, start: int, stop: int) -> Batch:
+    """Rows `start:stop` of a batch, as a batch of their own."""
+    a, b = int(batch.cu[start]), int(batch.cu[stop])
+    ma, mb = int(batch.mcu[start]), int(batch.mcu[stop])
+    pos, opt = batch.positions, batch.option_ids
+    return Batch(ids=batch.ids[a:b], cu=batch.cu[start:stop + 1] - a,
+                 markers=batch.markers[ma:mb], mcu=batch.mcu[start:stop + 1] - ma,
+                 qtype=batch.qtype[start:stop], embed=batch.embed,
+                 positions=None if pos is None else pos[a:b],
+                 option_ids=None if opt is None else opt[a:b])
+
+
+def halve(batch: Batch) -> int:
+    """The row that splits a batch into two of about equal tokens (at least one row each)."""
+    half = batch.tokens / 2
+    best = min(range(1, batch.rows), key=lambda r: abs(int(batch.cu[r]) - half))
+    return best
 
 
 class Layout:
@@ -81,6 +119,8 @@ class Layout:
         self.ids, self.lo, self.hi, self.qtok, self.mtok, self.rfirst = (
             buffer[at[name]:at[name] + cap] for name in FIELDS[:-1])
         self.mcu = buffer[at["mcu"]:at["mcu"] + cap + 1]
+        self.pos, self.opt, self.shift = (buffer[at[name]:at[name] + cap]
+                                          for name in PARALLEL_FIELDS)
         self._iota = np.arange(cap + 1, dtype=np.int32)
         self._group = self._iota[:cap] & ~np.int32(ALIGN - 1)
 
@@ -119,4 +159,32 @@ class Layout:
         self.rfirst[rows:] = 0
         self.mcu[:rows + 1] = batch.mcu
         self.mcu[rows + 1:] = markers
+        if batch.parallel:
+            self._fill_parallel(batch)
         return markers, rows
+
+    def _fill_parallel(self, batch: Batch) -> None:
+        """The parallel fields of a batch already laid in (`fill`): each row's position and
+        option ids and its reach; gap and padding slots count from their own row's start, in no
+        option, with no reach."""
+        pos, opt, cu = batch.positions, batch.option_ids, batch.cu
+        if pos is None or opt is None or pos.shape != batch.ids.shape or (
+                opt.shape != batch.ids.shape):
+            raise ValueError("a parallel batch needs positions and option_ids, one per token")
+        if pos.size and (int(pos.min()) < 0 or int(pos.max()) >= self.cap):
+            raise ValueError("positions must lie in [0, %d) for a %d-slot plan, got %d..%d"
+                             % (self.cap, self.cap, int(pos.min()), int(pos.max())))
+        if opt.size and int(opt.min()) < 0:
+            raise ValueError("option_ids must be 0 or more, got %d" % int(opt.min()))
+        np.subtract(self._iota[:self.cap], self.lo, out=self.pos)
+        self.opt[:] = 0
+        self.shift[:] = 0
+        for r in range(batch.rows):
+            a, b = int(cu[r]), int(cu[r + 1])
+            if a == b:
+                continue
+            at = int(self.rfirst[r])
+            self.pos[at:at + b - a] = pos[a:b]
+            self.opt[at:at + b - a] = opt[a:b]
+            ahead = pos[a:b] - self._iota[:b - a]  # position id less index in the row
+            self.shift[at:at + b - a] = max(0, -int(ahead.min())) + max(0, int(ahead.max()))

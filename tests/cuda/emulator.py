@@ -16,6 +16,7 @@ from typing import Any, Callable, List, Optional
 import numpy as np
 
 from ..kernels import reference as ref
+from . import parallel_reference as par_ref
 
 
 class _Pointer:
@@ -188,6 +189,10 @@ class FakeKernels:
         self.cupy = cupy
         self.half = half
         self.use_mma = bool(half and mma and mma_ok)
+        self.parallel_loaded = False
+
+    def load_parallel(self) -> None:
+        self.parallel_loaded = True
 
     def _l(self, name: str, fn: Callable[[], None]) -> FakeLaunch:
         return FakeLaunch(self.cupy, name, fn)
@@ -216,13 +221,33 @@ class FakeKernels:
                 _rows(h, n, d)[:] = ref.layer_norm(_rows(x, n, d), w1, b1, eps1)
         return self._l("final_norm", run)
 
-    def rope(self, qkv, bias, cos, sin, lo, n, d, head_dim):
+    def rope(self, qkv, bias, cos, sin, lo, n, d, head_dim, parallel=None):
+        if parallel is not None:
+            self.load_parallel()  # as Kernels does
+
+            def run_pos() -> None:
+                view = _rows(qkv, n, 3 * d)
+                view[:] = ref.rope(view, bias, cos, sin, np.asarray(lo)[:n], d, head_dim,
+                                   np.asarray(parallel.pos)[:n])
+            return self._l("rope_pos", run_pos)
+
         def run() -> None:
             view = _rows(qkv, n, 3 * d)
             view[:] = ref.rope(view, bias, cos, sin, np.asarray(lo)[:n], d, head_dim)
         return self._l("rope", run)
 
-    def attention(self, qkv, lo, hi, n, d, heads, half_window, out):
+    def attention(self, qkv, lo, hi, n, d, heads, half_window, out, parallel=None):
+        if parallel is not None:
+            self.load_parallel()  # as Kernels does
+
+            def run_par() -> None:
+                # Over the keys the kernel's widened key range visits too (par_ref.key_ranges).
+                _rows(out, n, d)[:] = par_ref.attention(
+                    _rows(qkv, n, 3 * d), np.asarray(lo)[:n], np.asarray(hi)[:n],
+                    np.asarray(parallel.pos)[:n], np.asarray(parallel.opt)[:n], d, heads,
+                    half_window, np.asarray(parallel.shift)[:n])
+            return self._l("attention_par", run_par)
+
         def run() -> None:
             _rows(out, n, d)[:] = ref.attention(_rows(qkv, n, 3 * d), np.asarray(lo)[:n],
                                                 np.asarray(hi)[:n], d, heads, half_window)

@@ -2,8 +2,9 @@
 parameter list in kernels.cu: the argument count, each scalar's exact NumPy type (CuPy passes a
 Python float as a double and a Python int as a 64-bit integer, so a mismatch shifts every later
 argument), and the element type of the device array behind each pointer. Also that every grid
-covers the plan's slots. Runs the real `Kernels` front over the emulated backend (emulator.py)
-with a stand-in for NVRTC: no GPU."""
+covers the plan's slots, and that the parallel layout's lowering differs from the sequential
+one only in the encoder's rope and attention. Runs the real `Kernels` front over the emulated
+backend (emulator.py) with a stand-in for NVRTC: no GPU."""
 from __future__ import annotations
 
 import re
@@ -61,6 +62,7 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
     backend = cuda_backend.CudaBackend(checkpoint, precision=precision, attention=attention)
     plan = backend.plan(288)
     embedding = plan.embed_mode()  # the embedding mode's launches and buffers too
+    parallel = plan.lower_parallel()  # and the parallel layout's
     act = np.float16 if backend.half else np.float32
     pointers = {"float": np.float32, "int": np.int32, "act_t": act, "half_t": np.float16}
     arrays: List[Any] = list(backend.weights.arrays.values()) + plan.device_arrays
@@ -73,10 +75,10 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
 
     signatures = _signatures()
     d, cap = checkpoint.hidden, plan.cap
-    launches = [op for op in plan.ops + embedding.ops if isinstance(op, Launch)]
+    launches = [op for op in plan.ops + embedding.ops + parallel if isinstance(op, Launch)]
     names = {op.name.split("<")[0] for op in launches}
-    assert names == set(signatures) - {"attention_simple" if backend.compiled.use_mma
-                                       else "attention_mma"}
+    unused = "attention_simple" if backend.compiled.use_mma else "attention_mma"
+    assert names == set(signatures) - {unused, unused + "_par"}
     for op in launches:
         params = signatures[op.name.split("<")[0]]
         assert len(op.args) == len(params), op
@@ -96,7 +98,7 @@ def test_launch_arguments_match_the_kernels(checkpoint, monkeypatch, precision, 
             assert op.grid[0] * threads >= cap, op
         elif op.name in ("embed_norm", "add_norm", "final_norm", "gather_norm"):
             assert op.grid == (cap,) and d <= threads * cuda_kernels.MAX_PER_THREAD, op
-        elif op.name in ("rope", "act_head"):
+        elif op.name in ("rope", "rope_pos", "act_head"):
             assert op.grid == (cap,), op
         elif op.name == "mean_pool":
             assert op.grid == (cap // 16,) and op.args[3] == cap, op
@@ -114,3 +116,62 @@ def test_max_per_thread_matches_the_source():
     src = cuda_kernels.source()
     assert "#define MAX_PER_THREAD %d " % cuda_kernels.MAX_PER_THREAD in src
     assert "#define ACT_MAX %d " % cuda_kernels.ACT_MAX in src
+
+
+def _emulated_plan(checkpoint, monkeypatch, precision, attention):
+    fake = FakeCupy()
+    fake.RawModule = _Module  # type: ignore[attr-defined]
+    monkeypatch.setattr(cuda_backend, "toolkit", lambda ordinal: (fake, None))
+    monkeypatch.setattr(cuda_backend, "Gemm",
+                        lambda cublas, ptr, half: FakeGemm(cublas, ptr, half, fake))
+    backend = cuda_backend.CudaBackend(checkpoint, precision=precision, attention=attention)
+    return backend, backend.plan(288)
+
+
+def _key(op: Any) -> Tuple[Any, ...]:
+    return (op.name, op.grid, op.block, tuple((type(a), int(a) if isinstance(a, np.integer)
+                                               else float(a)) for a in op.args))
+
+
+@pytest.mark.parametrize("precision,attention", [("f16", "auto"), ("f16", "simple"),
+                                                 ("f32", "auto")])
+def test_the_parallel_lowering_changes_only_the_encoders_rope_and_attention(
+        checkpoint, monkeypatch, precision, attention):
+    backend, plan = _emulated_plan(checkpoint, monkeypatch, precision, attention)
+    sequential = [_key(op) for op in plan.ops if isinstance(op, Launch)]
+    assert not any(k[0] == "rope_pos" or "_par<" in k[0] for k in sequential)
+    parallel = [op for op in plan.lower_parallel() if isinstance(op, Launch)]
+    assert len(parallel) == len(sequential)
+    f = plan.fields
+    lo, pos, opt, shift = (np.uint64(f[n].data.ptr) for n in ("lo", "pos", "opt", "shift"))
+    encoder_attention = len(checkpoint.graph.layers)
+    changed = 0
+    for seq, op in zip(sequential, parallel):
+        if _key(op) == seq:
+            continue
+        changed += 1
+        if op.name == "rope_pos":  # the lo pointer gives way to the position ids
+            assert seq[0] == "rope" and op.args[4] == pos and seq[3][4] == (np.uint64, int(lo))
+            assert [_key(op)[3][i] for i in (0, 1, 2, 3, 5, 6)] == [seq[3][i] for i in
+                                                                 (0, 1, 2, 3, 5, 6)]
+        else:  # the three fields after lo and hi, the rest as they were
+            base, variant = op.name.split("<")
+            assert base.endswith("_par") and seq[0] == base[:-4] + "<" + variant, op
+            assert op.args[3:6] == (pos, opt, shift)
+            assert _key(op)[3][:3] + _key(op)[3][6:] == seq[3], op
+            assert (op.grid, op.block) == seq[1:3]
+    # Every encoder layer's rope and attention, and nothing of the head (unmasked there).
+    assert changed == 2 * encoder_attention
+    head_attention = [op for op in parallel if op.name.startswith("attention")][
+        encoder_attention:]
+    assert len(head_attention) == len(checkpoint.graph.head)
+    assert all("_par<" not in op.name for op in head_attention)
+
+
+def test_a_sequential_plan_keeps_its_launches_after_a_parallel_batch(checkpoint, monkeypatch):
+    backend, plan = _emulated_plan(checkpoint, monkeypatch, "f16", "auto")
+    before = [_key(op) for op in plan.ops if isinstance(op, Launch)]
+    assert plan.parallel_ops is None and plan.parallel_graph is None
+    plan.lower_parallel()
+    assert [_key(op) for op in plan.ops if isinstance(op, Launch)] == before
+    assert plan.lower_parallel() is plan.parallel_ops  # lowered once
