@@ -293,7 +293,6 @@ def test_case_fp32(agents, case):
     _replay(agents.get(case["checkpoint"]), case, LAYA.rounded.atol, True, True)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
 def test_case_reference(agents, case):
     """The NumPy reference answers as Laya does."""
