@@ -16,6 +16,9 @@
  * output panels, and then the threads pack each A block together), an A block holds about
  * A_BYTES, and each panel runs down the block, so a panel is fetched once per block and each A
  * sliver is reused by every panel. K is never split.
+ *
+ * aarch64 (bgemm_arm64.h): the same driver over a bfmmla kernel, 12 x 8 tiles, with its own
+ * panel layout (4 k per column pair group); word counts per row (kw_of) cover both layouts.
  */
 #include <stdint.h>
 #include <string.h>
@@ -42,8 +45,14 @@
 
 #include "epilogue512.h"
 
+#if defined(__aarch64__)
+#define KB_ARM 1 /* the kernel needs FEAT_BF16 (bfmmla), checked at run time */
+#define BMR 12     /* bgemm_arm64.h's tile */
+#define BNR 8
+#else
 #define BMR 14
 #define BNR 32
+#endif
 #define BMAX_TILE (BMR * BNR)  /* floats of the register tile */
 #define A_BYTES (384 << 10)    /* a thread's packed A block: a third of a Zen 4 or 5 core's L2 */
 
@@ -77,7 +86,12 @@ static int cpu_bf16(void)
 
 const char *kime_bgemm_missing(int isa)
 {
-#ifdef KB_BF16
+#if defined(KB_ARM)
+    (void)cpu_bf16;
+    if (!(kime_isa_arm_features() & KIME_ARM_BF16))
+        return "bf16";
+    return isa >= KIME_ISA_BF16 ? NULL : "isa";
+#elif defined(KB_BF16)
     if (!cpu_bf16())
         return "avx512_bf16";
     return isa >= KIME_ISA_AVX512 ? NULL : "isa";
@@ -103,7 +117,35 @@ static uint16_t round_bf16(float x)
     return (uint16_t)(u >> 16);
 }
 
-static size_t k2_of(int K) { return (size_t)((K > 0 ? K : 0) + 1) / 2; }
+const char *kime_bgemm_kernels(void)
+{
+#if defined(KB_ARM)
+    return "bfmmla";
+#else
+    return "avx512bf16";
+#endif
+}
+
+/* 32-bit words a packed row (or column) takes: x86 pairs of k; aarch64 groups of 4 k, 2 words */
+static size_t kw_of(int K)
+{
+#if defined(KB_ARM)
+    return ((size_t)(K > 0 ? K : 0) + 3) / 4 * 2;
+#else
+    return (size_t)((K > 0 ? K : 0) + 1) / 2;
+#endif
+}
+
+/* bf16 index of (lane j, k) in a panel: x86 word g * NR + j holds k = 2g (low), 2g + 1 (high);
+ * aarch64 group k / 4 holds column pairs of 8 bf16 (see bgemm_arm64.h) */
+static size_t bpos(int j, size_t k)
+{
+#if defined(KB_ARM)
+    return k / 4 * BNR * 4 + (size_t)(j / 2) * 8 + (size_t)(j % 2) * 4 + k % 4;
+#else
+    return (k / 2 * BNR + (size_t)j) * 2 + k % 2;
+#endif
+}
 
 static size_t bpanels(int N, int geglu)
 {
@@ -113,13 +155,13 @@ static size_t bpanels(int N, int geglu)
 
 size_t kime_bgemm_packed_bytes(int N, int K, int geglu)
 {
-    return bpanels(N, geglu) * k2_of(K) * BNR * sizeof(uint32_t);
+    return bpanels(N, geglu) * kw_of(K) * BNR * sizeof(uint32_t);
 }
 
 void kime_bgemm_pack(const float *W, int N, int K, int geglu, void *packed)
 {
     const int half = BNR / 2, I = N / 2;
-    const size_t P = bpanels(N, geglu), K2 = k2_of(K);
+    const size_t P = bpanels(N, geglu), KW = kw_of(K);
     uint16_t *out = (uint16_t *)packed;
     for (size_t p = 0; p < P; p++)
         for (int j = 0; j < BNR; j++) {
@@ -129,13 +171,10 @@ void kime_bgemm_pack(const float *W, int N, int K, int geglu, void *packed)
                 row = row < I ? row + (j < half ? 0 : I) : -1;
             else if (row >= N)
                 row = -1;
-            uint16_t *dst = out + (p * K2 * BNR + (size_t)j) * 2;
-            for (size_t g = 0; g < K2; g++)
-                for (int u = 0; u < 2; u++) {
-                    const size_t k = 2 * g + (size_t)u;
-                    dst[g * BNR * 2 + (size_t)u] =
-                        row < 0 || k >= (size_t)K ? 0 : round_bf16(W[(size_t)row * K + k]);
-                }
+            uint16_t *dst = out + p * KW * BNR * 2;
+            for (size_t k = 0; k < 2 * KW; k++)
+                dst[bpos(j, k)] =
+                    row < 0 || k >= (size_t)K ? 0 : round_bf16(W[(size_t)row * K + k]);
         }
 }
 
@@ -144,19 +183,19 @@ void kime_bgemm_pack(const float *W, int N, int K, int geglu, void *packed)
 /* Rows of A a thread packs at once: a multiple of MR whose block fills about A_BYTES. */
 static int bblock_rows(int K)
 {
-    size_t k2 = k2_of(K) > 0 ? k2_of(K) : 1;
+    size_t k2 = kw_of(K) > 0 ? kw_of(K) : 1;
     size_t tiles = A_BYTES / ((size_t)BMR * k2 * sizeof(uint32_t));
     return BMR * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
 }
 
 /* One row rounded to bf16, in whole 64-byte conversions (32 floats each). */
-static size_t row_bytes(int K) { return (k2_of(K) * sizeof(uint32_t) + 63) & ~(size_t)63; }
+static size_t row_bytes(int K) { return (kw_of(K) * sizeof(uint32_t) + 63) & ~(size_t)63; }
 
 /* A thread's share: the register tile's spill, one rounded row, then its A block; every part a
  * multiple of 64 bytes, so every share stays 64-B aligned. */
 static size_t bthread_bytes(int K)
 {
-    size_t block = (size_t)bblock_rows(K) * k2_of(K) * sizeof(uint32_t);
+    size_t block = (size_t)bblock_rows(K) * kw_of(K) * sizeof(uint32_t);
     return BMAX_TILE * sizeof(float) + row_bytes(K) + ((block + 63) & ~(size_t)63);
 }
 
@@ -172,7 +211,7 @@ size_t kime_bgemm_scratch_bytes(int K, int nthreads)
  * the odd K's last high half are zero. */
 TB512 static void pack_a(const float *A, int lda, int m, int K, uint32_t *row, uint32_t *dst)
 {
-    const size_t K2 = k2_of(K);
+    const size_t K2 = kw_of(K);
     for (int i = 0; i < BMR; i++) {
         if (i >= m) {
             for (size_t g = 0; g < K2; g++)
@@ -228,6 +267,14 @@ TB512 static void kernel(int m, int K2, const uint32_t *a, const uint32_t *b, fl
     }
 }
 
+#define store_tile store512
+#endif /* KB_BF16 */
+
+#ifdef KB_ARM
+#include "bgemm_arm64.h"
+#endif
+
+#if defined(KB_BF16) || defined(KB_ARM)
 /* ---- driver ----------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -241,7 +288,7 @@ typedef struct {
 static void run(const bjob *j, int t, int nt)
 {
     const int K = j->K, mc = bblock_rows(K);
-    const size_t K2 = k2_of(K);
+    const size_t K2 = kw_of(K); /* words per packed row */
     /* rows or output panels per thread, and whether the team packs A together (team.h) */
     const kime_share sh = kime_share_of(j->M, BMR, j->npanels, t, nt);
     if (!sh.shared && sh.p0 >= sh.p1)
@@ -266,18 +313,18 @@ static void run(const bjob *j, int t, int nt)
             for (int i = 0; i < mb; i += BMR) {
                 const int m = mb - i < BMR ? mb - i : BMR;
                 kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
-                store512(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
+                store_tile(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
             }
         }
     }
 }
-#endif /* KB_BF16 */
+#endif /* KB_BF16 || KB_ARM */
 
 void kime_bgemm(const float *A, int lda, int M, int K, int N, const void *packed,
                 const float *bias, int epilogue_kind, float *C, int ldc, void *scratch,
                 int nthreads)
 {
-#ifdef KB_BF16
+#if defined(KB_BF16) || defined(KB_ARM)
     if (M <= 0 || N <= 0 || K < 0)
         return;
     const int geglu = epilogue_kind == KIME_EPI_GEGLU;

@@ -12,8 +12,11 @@
  * of K; work is split over rows or output panels, never over K. A row's bits do not depend on
  * M, on its tile, on the thread count or on the batch.
  *
- * One kernel set: AVX-512 with AVX512_BF16 (Zen 4 and later, Cooper Lake, Sapphire Rapids and
- * later). Elsewhere kime_bgemm_missing says what is missing and no kernel may be called.
+ * One kernel set per architecture: AVX-512 with AVX512_BF16 (Zen 4 and later, Cooper Lake,
+ * Sapphire Rapids and later), and on aarch64 bfmmla (FEAT_BF16: Neoverse V1/N2/V2, Graviton 3
+ * and 4; bgemm_arm64.h, whose sums round to odd as Arm's BFloat16 instructions do). Elsewhere
+ * kime_bgemm_missing says what is missing and no kernel may be called. The packed layout is
+ * the architecture's (x86: pairs of k in 32 columns; aarch64: groups of 4 k in 8 columns).
  */
 #ifndef KIME_BGEMM_H
 #define KIME_BGEMM_H
@@ -31,8 +34,13 @@ extern "C" {
  *   "build"        kime was compiled by a compiler without AVX512_BF16 intrinsics;
  *   "avx512_bf16"  the CPU (or its OS's register state) lacks AVX-512 with AVX512_BF16;
  *   "isa"          the CPU has it, but `isa` is below AVX-512 (KIME_ISA caps it).
+ * and on aarch64:
+ *   "bf16"         the CPU lacks FEAT_BF16 (bfmmla);
+ *   "isa"          the CPU has it, but `isa` is below KIME_ISA_BF16 (KIME_ISA caps it).
  * The CPU's answer is cached, as isa.c's. */
 const char *kime_bgemm_missing(int isa);
+/* The kernel set's name: "avx512bf16", or "bfmmla" on aarch64. */
+const char *kime_bgemm_kernels(void);
 
 /* Bytes the packed form of an [N, K] weight needs (bf16 panels, zero-padded). */
 size_t kime_bgemm_packed_bytes(int N, int K, int geglu);

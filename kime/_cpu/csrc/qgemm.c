@@ -21,6 +21,8 @@
  *    the same 8-bit quantization as the other paths and bit-identical INT32 sums. Then vpmaddwd
  *    with ones widens pairs into int32. 4 x 16 tiles (8 accumulators).
  *  - portable C: signed, 4 x 8 tiles, plain int32 loops.
+ *  - aarch64 (qgemm_arm64.h): neon (smull/sadalp), sdot (dotprod) and smmla (i8mm), signed,
+ *    8 columns wide; smmla uses its own layout (QL_MMLA: 8-k groups of column and row pairs).
  *
  * Determinism. The INT32 sums are exact, so independent of the order, the tile, the thread and
  * the batch. The dequantization and epilogue are one routine per kernel set, per element, from
@@ -53,6 +55,10 @@
 #endif
 #endif
 
+#if defined(__aarch64__)
+#define KQ_ARM 1
+#endif
+
 #define QMAX_TILE (14 * 32) /* int32 of the largest MR x NR tile */
 #define QMAX_MC (64 * 14)   /* most rows in a thread's A block */
 
@@ -60,6 +66,11 @@ typedef struct {
     const float *bias, *gbias;
     int ldc, epi;
 } qepi;
+
+/* Packed layouts. QL_K4: 4-k groups, lane j of a group is 4 consecutive k of column j (rows
+ * of A the same). QL_MMLA (smmla): K padded to 8; per 8-k group, pairs of columns (rows) as 16
+ * bytes, the first one's 8 k then the second's. */
+enum { QL_K4 = 0, QL_MMLA = 1 };
 
 typedef struct {
     int mr, nr, offset;
@@ -70,6 +81,7 @@ typedef struct {
     /* dequantize + epilogue tile rows [0, m), store nv outputs from column n0 */
     void (*store)(const int32_t *acc, int m, int n0, int nv, const qepi *e, const float *sa,
                   const float *sw, const int32_t *comp, float *C);
+    int layout; /* QL_K4 (0) unless named */
 } qimpl;
 
 static const float QSQRT1_2 = 0.70710678118654752440f;
@@ -440,6 +452,10 @@ QKERNEL_YMM_VNNI(TQYMM_EVEX, qkernel_avxvnni_evex, _mm256_dpbusd_epi32)
 #undef QKERNEL_YMM_VNNI
 #endif /* KQ_X86 */
 
+#ifdef KQ_ARM
+#include "qgemm_arm64.h"
+#endif
+
 static const qimpl QIMPLS[] = {
     [KIME_QGEMM_PORTABLE] = {QPMR, QPNR, 0, 64 << 10, quant_portable, qkernel_portable,
                              qstore_portable},
@@ -452,14 +468,21 @@ static const qimpl QIMPLS[] = {
     [KIME_QGEMM_AVXVNNI_EVEX] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni_evex,
                                  qstore256},
 #endif
+#ifdef KQ_ARM
+    [KIME_QGEMM_NEON] = {NMR, ANR, 0, 64 << 10, quant_neon, qkernel_neon, qstore_neon, QL_K4},
+    [KIME_QGEMM_SDOT] = {DMR, ANR, 0, 64 << 10, quant_neon, qkernel_sdot, qstore_neon, QL_K4},
+    [KIME_QGEMM_SMMLA] = {DMR, ANR, 0, 64 << 10, quant_neon, qkernel_smmla, qstore_neon,
+                          QL_MMLA},
+#endif
 };
 
 static const char *const QIMPL_NAMES[] = {"portable", "avx2", "vnni512", "avxvnni",
-                                          "avxvnni-evex"};
+                                          "avxvnni-evex", "neon", "sdot", "smmla"};
 
 enum { QCPU_VNNI512 = 1, QCPU_VNNI_EVEX256 = 2, QCPU_AVXVNNI = 4 };
 
 /* The VNNI flavours this CPU (and its OS's register state) runs; cached, as isa.c's answer. */
+#ifdef KQ_X86
 static int qcpu_features(void)
 {
     static volatile int cached = -1; /* racing first calls all store the same value */
@@ -486,6 +509,7 @@ static int qcpu_features(void)
     cached = f;
     return f;
 }
+#endif /* KQ_X86: the only caller */
 
 int kime_qgemm_impl(int isa)
 {
@@ -514,6 +538,22 @@ int kime_qgemm_impl(int isa)
         return KIME_QGEMM_AVXVNNI_EVEX;
     if (cap >= UPTO_AVX2 && isa >= KIME_ISA_AVX2)
         return KIME_QGEMM_AVX2;
+#elif defined(KQ_ARM)
+    /* KIME_QGEMM caps the pick in this order; unset or unknown caps nothing. The ISA levels
+     * imply the features (kernels.h); the HWCAP bits are checked again for an isa passed in. */
+    static const char *const arm_names[] = {"portable", "neon", "sdot", "smmla"};
+    const char *want = getenv("KIME_QGEMM");
+    int cap = 3;
+    for (int k = 0; want && k < 4; k++)
+        if (strcmp(want, arm_names[k]) == 0)
+            cap = k;
+    const unsigned cpu = kime_isa_arm_features();
+    if (cap >= 3 && isa >= KIME_ISA_I8MM && (cpu & KIME_ARM_I8MM))
+        return KIME_QGEMM_SMMLA;
+    if (cap >= 2 && isa >= KIME_ISA_DOTPROD && (cpu & KIME_ARM_DOTPROD))
+        return KIME_QGEMM_SDOT;
+    if (cap >= 1 && isa >= KIME_ISA_NEON)
+        return KIME_QGEMM_NEON;
 #endif
     (void)isa;
     return KIME_QGEMM_PORTABLE;
@@ -523,7 +563,7 @@ int kime_qgemm_pin(int isa) { return KIME_QGEMM_PINNED | kime_qgemm_impl(isa); }
 
 const char *kime_qgemm_impl_name(int impl)
 {
-    return impl >= 0 && impl <= KIME_QGEMM_AVXVNNI_EVEX ? QIMPL_NAMES[impl] : "unknown";
+    return impl >= 0 && impl <= KIME_QGEMM_SMMLA ? QIMPL_NAMES[impl] : "unknown";
 }
 
 static const qimpl *qimpl_of(int isa) { return &QIMPLS[kime_qgemm_impl(isa)]; }
@@ -538,7 +578,21 @@ static size_t qpanels(const qimpl *im, int N, int geglu)
 
 static size_t k4_of(int K) { return (size_t)((K > 0 ? K : 0) + 3) / 4; }
 
-static size_t panel_bytes(const qimpl *im, int K) { return k4_of(K) * 4 * (size_t)im->nr; }
+/* 4-k groups of the packed rows, padding included (QL_MMLA pads K to a multiple of 8) */
+static size_t kq_of(const qimpl *im, int K)
+{
+    return im->layout == QL_MMLA ? (k4_of(K) + 1) & ~(size_t)1 : k4_of(K);
+}
+
+/* byte offset of (lane j, k) in a panel of nr lanes, or in an A sliver of nr rows */
+static size_t qoffset(const qimpl *im, int nr, int j, size_t k)
+{
+    if (im->layout == QL_MMLA)
+        return k / 8 * 8 * (size_t)nr + (size_t)(j / 2) * 16 + (size_t)(j % 2) * 8 + k % 8;
+    return k / 4 * 4 * (size_t)nr + 4 * (size_t)j + k % 4;
+}
+
+static size_t panel_bytes(const qimpl *im, int K) { return kq_of(im, K) * 4 * (size_t)im->nr; }
 
 static size_t weights_bytes(const qimpl *im, int N, int K, int geglu)
 {
@@ -556,7 +610,7 @@ void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *pac
 {
     const qimpl *im = qimpl_of(isa);
     const int nr = im->nr, half = nr / 2, I = N / 2;
-    const size_t P = qpanels(im, N, geglu), K4 = k4_of(K), pb = panel_bytes(im, K);
+    const size_t P = qpanels(im, N, geglu), pb = panel_bytes(im, K);
     int8_t *panels_q = (int8_t *)packed;
     float *sw = (float *)((char *)packed + weights_bytes(im, N, K, geglu));
     int32_t *comp = (int32_t *)(sw + P * nr);
@@ -567,12 +621,11 @@ void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *pac
                 row = row < I ? row + (j < half ? 0 : I) : -1;
             else if (row >= N)
                 row = -1;
-            int8_t *dst = panels_q + p * pb + 4 * j;
+            int8_t *dst = panels_q + p * pb;
             float scale = 0.0f;
             int32_t sum = 0;
-            for (size_t g = 0; g < K4; g++)
-                for (int u = 0; u < 4; u++)
-                    dst[g * 4 * nr + u] = 0;
+            for (size_t k = 0; k < kq_of(im, K) * 4; k++)
+                dst[qoffset(im, nr, j, k)] = 0;
             if (row >= 0 && K > 0) { /* quant_portable's arithmetic, straight into the panel */
                 const float *x = W + (size_t)row * K;
                 float amax = 0.0f;
@@ -582,7 +635,7 @@ void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *pac
                 for (int k = 0; k < K; k++) {
                     float r = rintf(x[k] * inv);
                     r = r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r;
-                    dst[(size_t)(k / 4) * 4 * nr + k % 4] = (int8_t)(int)r;
+                    dst[qoffset(im, nr, j, (size_t)k)] = (int8_t)(int)r;
                     sum += (int)r;
                 }
                 scale = amax / 127.0f;
@@ -597,7 +650,7 @@ void kime_qgemm_pack(int isa, const float *W, int N, int K, int geglu, void *pac
 
 static int qblock_rows(const qimpl *im, int K)
 {
-    size_t tiles = im->a_bytes / ((size_t)im->mr * 4 * (k4_of(K) > 0 ? k4_of(K) : 1));
+    size_t tiles = im->a_bytes / ((size_t)im->mr * 4 * (kq_of(im, K) > 0 ? kq_of(im, K) : 1));
     int mc = im->mr * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
     return mc;
 }
@@ -605,8 +658,8 @@ static int qblock_rows(const qimpl *im, int K)
 /* A thread's share: acc tile, row scales, one row's quantized bytes, then its A block. */
 static size_t qthread_bytes(const qimpl *im, int K)
 {
-    size_t row = (k4_of(K) * 4 + 63) & ~(size_t)63;
-    size_t block = (size_t)qblock_rows(im, K) * k4_of(K) * 4;
+    size_t row = (kq_of(im, K) * 4 + 63) & ~(size_t)63;
+    size_t block = (size_t)qblock_rows(im, K) * kq_of(im, K) * 4;
     return QMAX_TILE * 4 + QMAX_MC * 4 + row + ((block + 63) & ~(size_t)63);
 }
 
@@ -620,7 +673,7 @@ static void qpack_a(const qimpl *im, const float *A, int lda, int m, int K, int8
                     uint8_t *dst, float *sa)
 {
     const int mr = im->mr;
-    const size_t K4 = k4_of(K);
+    const size_t K4 = kq_of(im, K);
     const uint8_t flip = im->offset ? 0x80 : 0; /* q + 128 as u8 is q ^ 0x80 */
     for (int i = 0; i < mr; i++) {
         if (i < m && K > 0) {
@@ -633,8 +686,12 @@ static void qpack_a(const qimpl *im, const float *A, int lda, int m, int K, int8
         if (flip)
             for (size_t k = 0; k < K4 * 4; k++)
                 rowq[k] = (int8_t)((uint8_t)rowq[k] ^ flip);
-        for (size_t g = 0; g < K4; g++)
-            put32(dst + (g * mr + i) * 4, rowq + 4 * g);
+        if (im->layout == QL_MMLA) /* quant_neon zero-pads rowq to the 8-k groups */
+            for (size_t g = 0; g < K4 / 2; g++)
+                memcpy(dst + qoffset(im, mr, i, 8 * g), rowq + 8 * g, 8);
+        else
+            for (size_t g = 0; g < K4; g++)
+                put32(dst + (g * mr + i) * 4, rowq + 4 * g);
     }
 }
 
@@ -679,14 +736,14 @@ static char *qthread_base(const qjob *j, int t, char **rowq, uint8_t **ap, float
     char *base = j->scratch + (size_t)t * qthread_bytes(j->im, j->K);
     *sa = (float *)(base + QMAX_TILE * 4);
     *rowq = base + QMAX_TILE * 4 + QMAX_MC * 4;
-    *ap = (uint8_t *)*rowq + ((k4_of(j->K) * 4 + 63) & ~(size_t)63);
+    *ap = (uint8_t *)*rowq + ((kq_of(j->im, j->K) * 4 + 63) & ~(size_t)63);
     return base;
 }
 
 static void qrun(const qjob *j, int t, int nt)
 {
     const qimpl *im = j->im;
-    const int mr = im->mr, K = j->K, mc = qblock_rows(im, K), K4 = (int)k4_of(K);
+    const int mr = im->mr, K = j->K, mc = qblock_rows(im, K), K4 = (int)kq_of(im, K);
     const size_t pb = panel_bytes(im, K);
     /* rows or output panels per thread, and whether the team quantizes A together (team.h) */
     const kime_share sh = kime_share_of(j->M, mr, j->npanels, t, nt);

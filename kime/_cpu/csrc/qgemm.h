@@ -31,22 +31,28 @@ enum kime_qgemm_kind {
     KIME_QGEMM_AVX2 = 1,         /* vpmaddubsw + vpmaddwd, signed                              */
     KIME_QGEMM_VNNI512 = 2,      /* AVX512-VNNI zmm                                            */
     KIME_QGEMM_AVXVNNI = 3,      /* AVX-VNNI ymm (Alder Lake and later without AVX-512)        */
-    KIME_QGEMM_AVXVNNI_EVEX = 4  /* the same kernel in EVEX: only when KIME_QGEMM asks for it  */
+    KIME_QGEMM_AVXVNNI_EVEX = 4, /* the same kernel in EVEX: only when KIME_QGEMM asks for it  */
+    KIME_QGEMM_NEON = 5,         /* aarch64: smull/smlal + sadalp, every aarch64 CPU           */
+    KIME_QGEMM_SDOT = 6,         /* aarch64 FEAT_DotProd: sdot, 12 x 8 tiles                    */
+    KIME_QGEMM_SMMLA = 7         /* aarch64 FEAT_I8MM: smmla 2 x 8 x 2 blocks, 12 x 8 tiles     */
 };
 
 /* The impl `isa` runs: the best of vnni512 (isa AVX512 with AVX512-VNNI), avxvnni (isa AVX2 or
  * above with AVX-VNNI), avx2 (isa AVX2 or above) and portable. The KIME_QGEMM environment variable
  * ("vnni512", "avxvnni", "avx2", "portable"; read on every call, as KIME_ISA) caps it so tests
  * can force each impl; "avxvnni" on a CPU without AVX-VNNI but with AVX512-VL + VNNI runs the
- * EVEX twin. A packed buffer is valid only for the impl it was packed for, so set it before
- * packing and leave it. */
+ * EVEX twin. On aarch64 the impls are smmla (isa I8MM or above), sdot (isa DOTPROD or above),
+ * neon (isa NEON or above) and portable, and KIME_QGEMM caps them by the names "smmla", "sdot",
+ * "neon", "portable". A packed buffer is valid only for the impl it was packed for, so set it
+ * before packing and leave it. */
 int kime_qgemm_impl(int isa);
 /* An `isa` argument of KIME_QGEMM_PINNED | impl runs that impl whatever KIME_QGEMM says at the
  * time: a loaded model pins its impl once (kime_qgemm_pin), so its packed weights and scratch
  * always meet the kernels they were made for. */
 #define KIME_QGEMM_PINNED 0x100
 int kime_qgemm_pin(int isa);
-/* "portable", "avx2", "vnni512", "avxvnni", "avxvnni-evex"; "unknown" for anything else. */
+/* "portable", "avx2", "vnni512", "avxvnni", "avxvnni-evex", "neon", "sdot", "smmla";
+ * "unknown" for anything else. */
 const char *kime_qgemm_impl_name(int impl);
 
 /* Bytes the packed form of an [N, K] weight needs for `isa` (int8 panels, scales, column sums). */
