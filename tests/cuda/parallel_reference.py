@@ -9,9 +9,12 @@ half_window. The decision head is unmasked and sequential.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from kime.batch import Batch
+from kime.layout import parallel_layout
 
 F64 = np.float64
 
@@ -57,16 +60,50 @@ def attention(qkv: np.ndarray, lo: np.ndarray, hi: np.ndarray, pos: np.ndarray, 
     seen = allowed(lo, hi, pos, opt, half_window)
     if shift is not None:
         seen &= key_ranges(lo, hi, shift, half_window)
-    live = seen.any(axis=0)  # keys some query sees: a NaN elsewhere must not reach a result
+    lo, hi = np.asarray(lo), np.asarray(hi)
     out = np.zeros((n, d))
-    for h in range(heads):
-        q = qkv[:, h * hd:(h + 1) * hd]
-        k = np.where(live[:, None], qkv[:, d + h * hd:d + (h + 1) * hd], 0.0)
-        v = np.where(live[:, None], qkv[:, 2 * d + h * hd:2 * d + (h + 1) * hd], 0.0)
-        scores = np.where(seen, (q @ k.T) * hd ** -0.5, -np.inf)
-        top = scores.max(axis=1, keepdims=True)
-        p = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
-        total = p.sum(axis=1, keepdims=True)
-        out[:, h * hd:(h + 1) * hd] = np.divide(p @ v, total, out=np.zeros((n, hd)),
-                                                where=total > 0)
+    # Runs of slots with the same bounds (a row, a gap slot, a padding row), each over its own
+    # row's keys only: a NaN in another row cannot reach it (0 * NaN is NaN).
+    edges = [0] + [int(i) for i in np.flatnonzero((lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])) + 1]
+    for start, end in zip(edges, edges[1:] + [n]):
+        a, b = int(lo[start]), int(hi[start])
+        if b <= a:
+            continue
+        blk = seen[start:end, a:b]
+        for h in range(heads):
+            q = qkv[start:end, h * hd:(h + 1) * hd]
+            k = qkv[a:b, d + h * hd:d + (h + 1) * hd]
+            v = qkv[a:b, 2 * d + h * hd:2 * d + (h + 1) * hd]
+            scores = np.where(blk, (q @ k.T) * hd ** -0.5, -np.inf)
+            top = scores.max(axis=1, keepdims=True)
+            p = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+            total = p.sum(axis=1, keepdims=True)
+            out[start:end, h * hd:(h + 1) * hd] = np.divide(
+                p @ v, total, out=np.zeros((end - start, hd)), where=total > 0)
     return out
+
+
+def pack_parallel(spec: Sequence[Tuple[int, Sequence[int], int]], vocab: int, seed: int,
+                  low: int = 0) -> Batch:
+    """A batch of rows of random ids in Laya's parallel layout (kime.layout.parallel_layout),
+    one per (tokens before the first marker, option slot lengths, state tokens after the
+    closing [SEP]); random question types."""
+    rng = np.random.default_rng(seed)
+    ids, markers, positions, options = [], [], [], []
+    for prefix, slots, tail in spec:
+        ms = [prefix + int(sum(slots[:s])) for s in range(len(slots))]
+        head_len = prefix + int(sum(slots)) + 1  # the closing [SEP]
+        pos, opt = parallel_layout(ms, head_len, head_len + tail)
+        ids.append(rng.integers(low, vocab, head_len + tail).tolist())
+        markers.append(ms)
+        positions.append(pos)
+        options.append(opt)
+    return Batch.pack(ids, markers, rng.integers(0, 3, len(spec)).tolist(), positions=positions,
+                      option_ids=options)
+
+
+def random_spec(rng: np.random.Generator, rows: int,
+                most: int = 60) -> List[Tuple[int, List[int], int]]:
+    """`rows` random row shapes: 1 to 12 slots of 1 to 40 tokens, a state of 0 to `most`."""
+    return [(int(rng.integers(1, 8)), rng.integers(1, 41, int(rng.integers(1, 13))).tolist(),
+             int(rng.integers(0, most + 1))) for _ in range(rows)]

@@ -271,3 +271,150 @@ def test_mean_pool(gpu, kern, seed):
     _run(gpu, kern.mean_pool(_dev(gpu, x0), _dev(gpu, np.full(n, n), np.int32), hi, rows, n, d,
                              out))
     assert not _host(gpu, out).any()
+
+
+# --- the parallel option layout (issue 26): rope_pos and the _par attention ---------------------
+
+PARALLEL_CASES = [
+    # rows (tokens before the first marker, option slot lengths, state), d, heads, half window
+    ([(3, [5, 2, 7], 10)], 128, 4, 8),
+    ([(1, [1], 0), (4, [20, 3], 30)], 128, 4, None),
+    ([(2, [6] * 5, 40), (5, [2, 30, 4], 9)], 1024, 16, 64),
+    ([(1, [40, 1], 2), (2, [3], 100), (1, [1] * 12, 0)], 768, 12, 4),  # a short last slot
+    ([(8, [50, 60, 20], 120)], 96, 1, 1000),
+    ([(2, [10] * 10, 50)], 256, 2, 0),
+]
+
+
+def _parallel_layout(spec, seed=0):
+    from kime._cuda.layout import Layout, aligned_tokens, buffer_ints, pick_cap
+
+    from .parallel_reference import pack_parallel
+
+    batch = pack_parallel(spec, 50, seed)
+    cap = pick_cap(aligned_tokens(batch))
+    lay = Layout(cap, np.zeros(buffer_ints(cap), dtype=np.int32))
+    lay.fill(batch)
+    real = np.zeros(cap, dtype=bool)
+    for r in range(batch.rows):
+        real[lay.rfirst[r]:lay.rfirst[r] + int(batch.cu[r + 1] - batch.cu[r])] = True
+    return lay, real
+
+
+def _fields(gpu, lay):
+    from kime._cuda.kernels import Parallel
+
+    return Parallel(*(_dev(gpu, a, np.int32) for a in (lay.pos, lay.opt, lay.shift)))
+
+
+def _random_cases():
+    from .parallel_reference import random_spec
+
+    rng = np.random.default_rng(26)
+    cases = []
+    for _ in range(6):
+        d, heads = [(128, 4), (1024, 16), (768, 12), (96, 1), (256, 2)][int(rng.integers(0, 5))]
+        hw = [None, 0, 1, 4, 8, 64][int(rng.integers(0, 6))]
+        cases.append((random_spec(rng, int(rng.integers(1, 4))), d, heads, hw))
+    return cases
+
+
+@pytest.mark.parametrize("spec,d,heads,hw", PARALLEL_CASES + _random_cases())
+def test_parallel_attention(gpu, kern, spec, d, heads, hw):
+    """Against float64 with the option mask and the window in position ids; gap and padding
+    slots hold NaN, and masked keys must get exactly nothing."""
+    rng = np.random.default_rng(len(spec) * d)
+    lay, real = _parallel_layout(spec)
+    n = lay.cap
+    qkv0 = rng.normal(size=(n + 64, 3 * d)).astype(_act(kern))
+    qkv0[:n][~real] = np.nan
+    qkv0[n:] = 0.0
+    out = _dev(gpu, np.full((n, d), SENTINEL), _act(kern))
+    _run(gpu, kern.attention(_dev(gpu, qkv0, _act(kern)), _dev(gpu, lay.lo, np.int32),
+                             _dev(gpu, lay.hi, np.int32), n, d, heads, hw, out,
+                             _fields(gpu, lay)))
+    got = _host(gpu, out)[real]
+    want = ref.attention(np.nan_to_num(qkv0[:n]), lay.lo, lay.hi, d, heads, hw,
+                         lay.pos, lay.opt)[real]
+    assert np.isfinite(got).all()
+    _close(kern, got, want)
+
+
+def test_a_masked_key_gets_exactly_nothing(gpu, kern):
+    """Huge values in another option's V cannot leak into a slot's output, not even by 1 ulp:
+    the output is the same bits with those V rows zeroed."""
+    spec = [(3, [8, 8, 8], 20)]
+    lay, real = _parallel_layout(spec)
+    n, d, heads = lay.cap, 128, 4
+    rng = np.random.default_rng(5)
+    qkv0 = rng.normal(size=(n + 64, 3 * d)).astype(_act(kern))
+    qkv0[n:] = 0.0
+    outs = []
+    for scale in (0.0, 1000.0):
+        q = qkv0.copy()
+        q[:n][lay.opt == 2, 2 * d:] = scale  # option 2's values
+        out = _dev(gpu, np.zeros((n, d)), _act(kern))
+        _run(gpu, kern.attention(_dev(gpu, q, _act(kern)), _dev(gpu, lay.lo, np.int32),
+                                 _dev(gpu, lay.hi, np.int32), n, d, heads, None, out,
+                                 _fields(gpu, lay)))
+        outs.append(gpu.asnumpy(out)[(lay.opt == 1) | (lay.opt == 3)])
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_parallel_attention_on_a_sequential_layout_is_the_sequential_kernel(gpu, kern):
+    """Positions equal to the index and no options: the _par instance visits the same keys in
+    the same chunks as the sequential one, so it gives the same bits."""
+    rng = np.random.default_rng(11)
+    lay, real = _layout([130, 16, 1, 77])
+    lay.pos[:] = np.arange(lay.cap) - lay.lo
+    lay.opt[:] = 0
+    lay.shift[:] = 0
+    d, heads, n = 768, 12, lay.cap
+    qkv = _dev(gpu, rng.normal(size=(n + 64, 3 * d)), _act(kern))
+    for hw in (None, 8):
+        a = _dev(gpu, np.zeros((n, d)), _act(kern))
+        b = _dev(gpu, np.zeros((n, d)), _act(kern))
+        lo, hi = _dev(gpu, lay.lo, np.int32), _dev(gpu, lay.hi, np.int32)
+        _run(gpu, kern.attention(qkv, lo, hi, n, d, heads, hw, a))
+        _run(gpu, kern.attention(qkv, lo, hi, n, d, heads, hw, b, _fields(gpu, lay)))
+        np.testing.assert_array_equal(gpu.asnumpy(a)[real], gpu.asnumpy(b)[real])
+
+
+def test_parallel_attention_bits_do_not_depend_on_the_neighbours(gpu, kern):
+    rng = np.random.default_rng(8)
+    d, heads = 1024, 16
+    row_spec = (4, [20, 3, 9], 30)
+    outs = []
+    for before, after in [(None, None), ((2, [5, 5], 20), None), (None, (1, [50], 90)),
+                          ((3, [60, 2], 140), (1, [2], 3))]:
+        spec = [s for s in (before, row_spec, after) if s is not None]
+        lay, _ = _parallel_layout(spec)
+        start = int(lay.rfirst[1 if before else 0])
+        n_row = 4 + 32 + 1 + 30
+        qkv0 = rng.normal(size=(lay.cap + 64, 3 * d)).astype(_act(kern))
+        qkv0[start:start + n_row] = np.random.default_rng(9).normal(size=(n_row, 3 * d))
+        for hw in (None, 8):
+            out = _dev(gpu, np.zeros((lay.cap, d)), _act(kern))
+            _run(gpu, kern.attention(_dev(gpu, qkv0, _act(kern)), _dev(gpu, lay.lo, np.int32),
+                                     _dev(gpu, lay.hi, np.int32), lay.cap, d, heads, hw, out,
+                                     _fields(gpu, lay)))
+            outs.append(gpu.asnumpy(out)[start:start + n_row])
+    for i in range(2, len(outs)):
+        np.testing.assert_array_equal(outs[i], outs[i % 2])
+
+
+@pytest.mark.parametrize("d,hd,with_bias", [(128, 32, False), (1024, 64, True), (96, 96, False)])
+def test_rope_pos(gpu, kern, d, hd, with_bias):
+    from kime.graph import rope_half_tables
+
+    rng = np.random.default_rng(d + 1)
+    lay, _ = _parallel_layout([(3, [5, 2, 7], 10), (1, [40, 1], 2)])
+    n = lay.cap
+    qkv0 = rng.normal(size=(n, 3 * d)).astype(_act(kern))
+    bias = rng.normal(size=3 * d) if with_bias else None
+    cos, sin = rope_half_tables(n, hd, 160000.0)
+    qkv = _dev(gpu, qkv0, _act(kern))
+    _run(gpu, kern.rope(qkv, None if bias is None else _dev(gpu, bias), _dev(gpu, cos),
+                        _dev(gpu, sin), _dev(gpu, lay.lo, np.int32), n, d, hd,
+                        _fields(gpu, lay)))
+    _close(kern, _host(gpu, qkv), ref.rope(qkv0, bias, cos, sin, lay.lo, d, hd, lay.pos))

@@ -87,3 +87,92 @@ def test_a_batch_that_does_not_fit_is_refused():
     batch = _batch([100, 100, 100])
     with pytest.raises(ValueError, match="does not fit"):
         _layout(288).fill(batch)
+
+
+# --- the parallel layout's fields -----------------------------------------------------------------
+
+def _parallel(spec, seed=0):
+    from .parallel_reference import pack_parallel
+
+    return pack_parallel(spec, 1000, seed, low=5)
+
+
+SPECS = [[(3, [5, 2, 7], 10)], [(1, [1], 0), (4, [20, 3], 30)],
+         [(2, [6] * 5, 40), (5, [2, 30, 4], 9)], [(1, [40, 1], 2), (2, [3], 100), (1, [1] * 12, 0)]]
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_parallel_fields_and_the_reach_of_each_row(spec):
+    batch = _parallel(spec)
+    lay = _layout(pick_cap(aligned_tokens(batch)))
+    lay.fill(batch)
+    assert batch.positions is not None and batch.option_ids is not None
+    covered = np.zeros(lay.cap, dtype=bool)
+    for r in range(batch.rows):
+        a, b, at = int(batch.cu[r]), int(batch.cu[r + 1]), int(lay.rfirst[r])
+        n = b - a
+        np.testing.assert_array_equal(lay.pos[at:at + n], batch.positions[a:b])
+        np.testing.assert_array_equal(lay.opt[at:at + n], batch.option_ids[a:b])
+        behind = np.arange(n) - batch.positions[a:b]
+        assert (behind >= 0).all()  # Laya's layout never runs ahead of the index
+        assert (lay.shift[at:at + n] == behind.max()).all()
+        # The reach is the slots' total less the last slot, never less than total - longest.
+        prefix, slots, _ = spec[r]
+        assert behind.max() == sum(slots) - slots[-1] >= 0
+        covered[at:at + n] = True
+    # Gap and padding slots: their index in their own row, no option, no reach.
+    rest = ~covered
+    np.testing.assert_array_equal(lay.pos[rest], (np.arange(lay.cap) - lay.lo)[rest])
+    assert not lay.opt[rest].any() and not lay.shift[rest].any()
+
+
+@pytest.mark.parametrize("spec", SPECS)
+@pytest.mark.parametrize("half_window", [0, 1, 4, 8, 64, None])
+def test_the_widened_key_range_covers_every_key_the_mask_allows(spec, half_window):
+    """kernels.cu's parallel key range (modelled by parallel_reference.key_ranges) visits every
+    key a query may see."""
+    from .parallel_reference import allowed, key_ranges
+
+    batch = _parallel(spec)
+    lay = _layout(pick_cap(aligned_tokens(batch)))
+    lay.fill(batch)
+    seen = allowed(lay.lo, lay.hi, lay.pos, lay.opt, half_window)
+    assert not (seen & ~key_ranges(lay.lo, lay.hi, lay.shift, half_window)).any()
+
+
+def test_a_reach_of_total_less_longest_slot_misses_keys():
+    """Why the reach is the slots' total less the LAST slot: a short last option's tokens sit
+    40 slots after the instruction they are 1 position id away from."""
+    from .parallel_reference import allowed, key_ranges
+
+    batch = _parallel([(1, [40, 1], 2)])
+    lay = _layout(288)
+    lay.fill(batch)
+    assert lay.shift[0] == 40
+    seen = allowed(lay.lo, lay.hi, lay.pos, lay.opt, 4)
+    short = np.where(lay.shift > 0, 41 - 40, 0).astype(np.int32)
+    assert (seen & ~key_ranges(lay.lo, lay.hi, short, 4)).any()
+
+
+def test_a_sequential_fill_leaves_the_parallel_fields_and_uploads_less():
+    from kime._cuda.layout import offsets, used_ints
+
+    cap = 288
+    assert used_ints(cap, False) == 7 * cap + 1 == offsets(cap)["pos"]
+    assert buffer_ints(cap) == used_ints(cap, True) == offsets(cap)["shift"] + cap
+    lay = _layout(cap)
+    lay.fill(_batch([17, 1, 33]))
+    assert (lay.buffer[used_ints(cap, False):] == -7).all()
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"positions": [[0, 1, 400]]}, "positions must lie in"),
+    ({"positions": [[0, -1, 2]]}, "positions must lie in"),
+    ({"option_ids": [[0, -2, 1]]}, "option_ids must be 0 or more"),
+])
+def test_a_parallel_batch_out_of_range_is_refused(bad, match):
+    fields = {"positions": [[0, 1, 2]], "option_ids": [[0, 1, 1]]}
+    fields.update(bad)
+    batch = Batch.pack([[5, 6, 7]], [[1]], [0], **fields)
+    with pytest.raises(ValueError, match=match):
+        _layout(288).fill(batch)

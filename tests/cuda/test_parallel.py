@@ -18,12 +18,12 @@ from kime._cpu.reference import ReferenceModel
 from kime._cuda import backend as cuda_backend
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
-from kime.layout import parallel_layout
 
 from ..golden_cases import DATA
 from ..paths import GOLDENS
 from ..tolerances import FP16, FP32
 from .emulator import FakeCupy, FakeGemm, FakeKernels
+from .parallel_reference import pack_parallel
 
 # (tokens before the first marker, option slot lengths, state tokens after the closing [SEP]):
 # slots of one token, a last slot shorter than the longest, five equal slots, a long state past
@@ -52,20 +52,7 @@ def emulated(monkeypatch):
 
 
 def parallel_batch(ck, rows: Sequence[Tuple[int, Sequence[int], int]], seed: int) -> Batch:
-    """Rows of random ids in Laya's parallel layout (kime.layout.parallel_layout)."""
-    rng = np.random.default_rng(seed)
-    ids, markers, positions, options = [], [], [], []
-    for prefix, slots, tail in rows:
-        ms = [prefix + int(sum(slots[:s])) for s in range(len(slots))]
-        head_len = prefix + int(sum(slots)) + 1  # the closing [SEP]
-        length = head_len + tail
-        pos, opt = parallel_layout(ms, head_len, length)
-        ids.append(rng.integers(0, ck.tokenizer.vocab_size, length).tolist())
-        markers.append(ms)
-        positions.append(pos)
-        options.append(opt)
-    return Batch.pack(ids, markers, rng.integers(0, 3, len(rows)).tolist(), positions=positions,
-                      option_ids=options)
+    return pack_parallel(rows, ck.tokenizer.vocab_size, seed)
 
 
 def sequential_batch(ck, lengths: Sequence[int], seed: int) -> Batch:
