@@ -1,5 +1,5 @@
 """Type stubs for the compiled `_gemm` module (see _gemm.pyx)."""
-from typing import Dict, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -7,6 +7,11 @@ EPILOGUES: Dict[str, int]
 
 def isa_detect() -> int: ...
 def isa_name(isa: int) -> str: ...
+
+ARM_FEATURES: Tuple[str, ...]
+
+def cpu_features() -> List[str]: ...
+def kernel_name(isa: int = ...) -> str: ...
 def pack(W: np.ndarray, isa: int = ..., geglu: bool = ...) -> np.ndarray: ...
 def gemm(A: np.ndarray, packed: np.ndarray, N: int, K: int, bias: Optional[np.ndarray] = ...,
          epilogue: str = ..., out: Optional[np.ndarray] = ..., threads: int = ...,

@@ -3,8 +3,9 @@ packed once for an ISA. The compiled forward pass calls the C directly; these wr
 shapes (the checks the three GEMM wrappers share, in _gemm_args.pxd), allocate the output and
 scratch and drop the GIL.
 
-isa -1 means kime_isa_detect() (cpuid, capped by KIME_ISA); a packed buffer is only valid for the
-ISA it was packed for.
+isa -1 means kime_isa_detect() (cpuid, or getauxval on aarch64, capped by KIME_ISA); a packed
+buffer is only valid for the ISA it was packed for. ISAs are levels numbered per architecture
+(x86-64: 1 avx2, 2 avx512; aarch64: 1 neon, 2 dotprod, 3 i8mm, 4 bf16): isa_name names them.
 """
 import numpy as np
 
@@ -15,6 +16,8 @@ from ._gemm_args cimport (KIME_EPI_GEGLU, a_rows, aligned_bytes, bias_view, chec
 cdef extern from "kernels.h" nogil:
     int kime_isa_detect()
     const char *kime_isa_name(int isa)
+    unsigned kime_isa_arm_features()
+    const char *kime_gemm_kernel_name(int isa)
     size_t kime_gemm_packed_floats(int isa, int N, int K, int geglu)
     void kime_gemm_pack(int isa, const float *W, int N, int K, int geglu, float *packed)
     size_t kime_gemm_scratch_floats(int isa, int K, int nthreads)
@@ -26,12 +29,28 @@ EPILOGUES = epilogues()
 
 
 def isa_detect() -> int:
-    """The best ISA this CPU has, capped by KIME_ISA: 0 portable, 1 avx2, 2 avx512."""
+    """The best ISA this CPU has, capped by KIME_ISA: 0 portable, then this architecture's
+    levels (x86-64: 1 avx2, 2 avx512; aarch64: 1 neon, 2 dotprod, 3 i8mm, 4 bf16)."""
     return kime_isa_detect()
 
 
 def isa_name(int isa) -> str:
     return kime_isa_name(isa).decode()
+
+
+ARM_FEATURES = ("asimd", "dotprod", "i8mm", "bf16", "sve", "sve2")  # kernels.h's KIME_ARM_* bits
+
+
+def cpu_features() -> list:
+    """The aarch64 features this CPU has (getauxval; KIME_ISA does not cap them), by name in
+    ARM_FEATURES's order; [] on other architectures."""
+    cdef unsigned bits = kime_isa_arm_features()
+    return [name for i, name in enumerate(ARM_FEATURES) if bits >> i & 1]
+
+
+def kernel_name(int isa=-1) -> str:
+    """The FP32 micro-kernel `isa` runs (-1: kime_isa_detect()), as "NAME MRxNR"."""
+    return kime_gemm_kernel_name(checked_isa(isa)).decode()
 
 
 cdef float[::1] _aligned(size_t n):

@@ -60,13 +60,15 @@ def check_bf16() -> None:
 def kernels_report() -> Dict[str, object]:
     """What this build's CPU kernels run on this machine, for `kime doctor` (through
     `kime.factory.backend_report`, so nothing outside `_cpu` imports the compiled modules): the
-    ISA, the INT8 kernel set and the KIME_QGEMM cap asked for, why BF16 cannot run (None: it
-    can) and its kernels, and whether the build has OpenMP. Raises what a broken build raises
-    on import; the caller reports it."""
-    from . import _bgemm, _forward, _ops, _qgemm
+    ISA, the FP32 micro-kernel, the aarch64 features (getauxval; [] elsewhere), the INT8 kernel
+    set and the KIME_QGEMM cap asked for, why BF16 cannot run (None: it can) and its kernels, and
+    whether the build has OpenMP. Raises what a broken build raises on import; the caller
+    reports it."""
+    from . import _bgemm, _forward, _gemm, _ops, _qgemm
 
     missing = bf16_missing()
-    return {"isa": _forward.isa_name(_forward.isa_detect()), "int8_kernels": _qgemm.impl_name(),
+    return {"isa": _forward.isa_name(_forward.isa_detect()), "fp32_kernels": _gemm.kernel_name(),
+            "cpu_features": _gemm.cpu_features(), "int8_kernels": _qgemm.impl_name(),
             "kime_qgemm_env": os.environ.get("KIME_QGEMM"), "bf16_missing": missing,
             "bf16_kernels": _bgemm.KERNELS if missing is None else None,
             "openmp": bool(_ops.has_openmp())}

@@ -88,8 +88,12 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
         int8 += " (capped by KIME_QGEMM=%s)" % cpu["kime_qgemm_env"]
     bf16 = cpu.get("bf16_kernels") or "unavailable (%s)" % (cpu.get("bf16_missing")
                                                            or cpu.get("error"))
-    lines += [("cpu isa / kernels", isa),
-              ("int8 kernels", int8),
+    lines += [("cpu isa / kernels", isa)]
+    if cpu.get("fp32_kernels"):
+        lines.append(("fp32 kernels", cpu["fp32_kernels"]))
+    if cpu.get("cpu_features"):  # aarch64: what getauxval reports, KIME_ISA aside
+        lines.append(("cpu features", " ".join(cpu["cpu_features"])))
+    lines += [("int8 kernels", int8),
               ("bf16 kernels", bf16),
               ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
               ("threads (threads=0)", cpu["threads"]),
@@ -125,7 +129,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     """Add `doctor` to `kime`'s subcommands (an argparse subparsers action)."""
     doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
                          description="Print kime's and its dependencies' versions, the ISA kime's "
-                         "kernels use on this CPU (capped by KIME_ISA), OpenMP, the default "
+                         "kernels use on this CPU (capped by KIME_ISA) and the FP32, INT8 and "
+                         "BF16 kernels they run, OpenMP, the default "
                          "thread count, CuPy and GPUs if present, the CuPy wheel that fits the "
                          "NVIDIA driver, and the cache directories.")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -56,7 +56,12 @@ def test_doctor_json(capsys, monkeypatch, tmp_path):
     report = json.loads(out)
     assert report["kime"] == kime.__version__
     assert report["cpu"]["isa"] == _forward.isa_name(_forward.isa_detect())
-    assert report["cpu"]["isa"] in ("portable", "avx2", "avx512")
+    assert report["cpu"]["isa"] in ("portable", "avx2", "avx512", "neon", "dotprod", "i8mm", "bf16")
+    from kime._cpu import _gemm
+
+    assert report["cpu"]["fp32_kernels"] == _gemm.kernel_name()
+    assert report["cpu"]["fp32_kernels"].split()[0] in ("portable", "avx2", "avx512", "neon")
+    assert report["cpu"]["cpu_features"] == _gemm.cpu_features()
     assert isinstance(report["cpu"]["openmp"], bool)
     assert report["cpu"]["threads"] >= 1
     for name in ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl"):
@@ -71,6 +76,7 @@ def test_doctor_honours_kime_isa(capsys, monkeypatch):
     code, out, _ = run(capsys, "doctor", "--json")
     assert code == 0
     assert json.loads(out)["cpu"]["isa"] == "portable"
+    assert json.loads(out)["cpu"]["fp32_kernels"] == "portable 4x8"
 
 
 class FakeDownload:

@@ -19,6 +19,9 @@
  * and is reused from L2 by the block's tiles, and each A sliver is reused by every panel. K is
  * not split (kc = K): per k the 14 x 32 kernel reads 184 bytes for 28 FMAs, a stream L2 (even
  * L3) sustains with room to spare, so K blocks would buy no bandwidth and cost partial sums.
+ *
+ * aarch64: one NEON kernel (12 x 8) serves every level; it is one FMA per k from +0 like the x86
+ * ones, and its epilogue (epilogue_neon.h) runs theirs, so it gives the AVX2/AVX-512 bits.
  */
 #include <math.h>
 #include <stdint.h>
@@ -50,6 +53,7 @@
 #include "epilogue512.h"
 
 typedef struct {
+    const char *name; /* the kernel, for kime doctor */
     int mr, nr;
     size_t a_bytes; /* a thread's packed A block, at most (one tile's sliver if K needs more) */
     /* acc[m][NR] = A sliver (K x MR, first m rows used) times B panel (K x NR) */
@@ -213,7 +217,7 @@ T256 static void store256(const float *acc, int m, int n0, int nv, const epilogu
 #endif /* KIME_X86 */
 
 #ifdef KIME_ARM64
-/* ---- NEON (every aarch64 level): 12 x 8 tiles -----------------------------------------------
+/* ---- NEON (every aarch64 level): 12 x 8 tiles ---------------------------------------------
  * 24 accumulators, 2 B vectors and 3 A vectors: 29 of the 32 registers. Per k, 5 loads feed 24
  * fmla (by element: row i's A value is a lane of an A vector, so A needs no broadcast), enough
  * independent sums for 4 FMA pipes of 4-cycle latency. 8 columns keep a GEGLU tile's halves
@@ -269,13 +273,13 @@ static void store_neon(const float *acc, int m, int n0, int nv, const epilogue *
 #endif /* KIME_ARM64 */
 
 static const gemm_impl IMPLS[3] = {
-    {PMR, PNR, 128 << 10, kernel_portable, store_portable},
+    {"portable 4x8", PMR, PNR, 128 << 10, kernel_portable, store_portable},
 #ifdef KIME_X86
-    {HMR, HNR, 128 << 10, kernel256, store256},
-    {AMR, ANR, 640 << 10, kernel512, store512},
+    {"avx2 6x16", HMR, HNR, 128 << 10, kernel256, store256},
+    {"avx512 14x32", AMR, ANR, 640 << 10, kernel512, store512},
 #endif
 #ifdef KIME_ARM64
-    {NMR, NNR, 256 << 10, kernel_neon, store_neon},
+    {"neon 12x8", NMR, NNR, 256 << 10, kernel_neon, store_neon},
 #endif
 };
 
@@ -291,6 +295,11 @@ static const gemm_impl *impl_of(int isa)
 #endif
     (void)isa;
     return &IMPLS[0];
+}
+
+const char *kime_gemm_kernel_name(int isa)
+{
+    return impl_of(isa)->name;
 }
 
 /* ---- packing -------------------------------------------------------------------------------- */

@@ -75,6 +75,8 @@ void kime_gemm_pack(int isa, const float *W, int N, int K, int geglu, float *pac
  * GEGLU it has N = 2*I entries). `scratch` holds kime_gemm_scratch_floats(isa, K, nthreads)
  * floats (per-thread A packing). */
 size_t kime_gemm_scratch_floats(int isa, int K, int nthreads);
+/* The micro-kernel `isa` runs, as "NAME MRxNR" ("neon 12x8"), for kime doctor. */
+const char *kime_gemm_kernel_name(int isa);
 void kime_gemm(int isa, const float *A, int lda, int M, int K, int N, const float *packed,
                const float *bias, int epilogue, float *C, int ldc, float *scratch, int nthreads);
 
