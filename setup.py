@@ -5,15 +5,23 @@ code runs on one thread with the same results. Whether the compiler supports it 
 very compiler setuptools is about to use, because a flag that works for `cc` on PATH may not work
 for the one distutils picked (Apple clang, MSVC, a cross compiler).
 
+The hand-written C kernels in `kime/_cpu/csrc/` are compiled once into one static library that
+every extension links (so each .so stays self-contained, as auditwheel wants), and the C files,
+then the extensions, compile in parallel: one job per CPU unless `build_ext -j N` says otherwise.
+
 Environment:
   KIME_NO_OPENMP=1  build without OpenMP even when the compiler has it (tests use this path).
   KIME_DEBUG=1      turn Cython's boundscheck, wraparound and initializedcheck on.
+  KIME_BUILD_JOBS=N compile with N jobs (default: the CPU count; `pip install .` passes no -j).
 """
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
+import sysconfig
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 from pathlib import Path
 from typing import Any
@@ -65,8 +73,37 @@ def openmp_flags(compiler: Any) -> list[str] | None:
     return [flag]
 
 
+CSRC = sorted(glob("kime/_cpu/csrc/*.c"))
+HEADERS = sorted(glob("kime/_cpu/csrc/*.h"))
+CSRC_LIB = "kimecsrc"
+
+# Extra flags for one C file on one machine (`sysconfig.get_platform()`'s last part: x86_64,
+# aarch64, arm64, ...). Empty today: every ISA-specific function carries its own target attribute,
+# so the whole library is compiled for the generic baseline and dispatches at run time.
+CSRC_FLAGS: dict[str, dict[str, list[str]]] = {}
+
+
+def jobs() -> int:
+    """The parallel jobs to compile with: KIME_BUILD_JOBS, else one per CPU this process may use."""
+    value = os.environ.get("KIME_BUILD_JOBS", "")
+    if value:
+        if not value.isascii() or not value.isdigit() or int(value) < 1:
+            raise SystemExit(f"KIME_BUILD_JOBS must be a positive integer, not {value!r}")
+        return int(value)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 class BuildExt(build_ext):
-    """Adds optimisation and, where the compiler has it, OpenMP to every extension."""
+    """Adds optimisation and, where the compiler has it, OpenMP to every extension; compiles the C
+    kernels once into a static library the extensions link; builds in parallel."""
+
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # `pip install .` and plain `build_ext` give no -j
+            self.parallel = jobs()
 
     def build_extensions(self) -> None:
         msvc = self.compiler.compiler_type == "msvc"
@@ -80,11 +117,55 @@ class BuildExt(build_ext):
             compile_args += flags
             link_args += [] if msvc else flags
         stamp = self.flags_stamp(compile_args + link_args)
+        library = self.build_csrc(compile_args, stamp)
         for ext in self.extensions:
             ext.extra_compile_args = compile_args + list(ext.extra_compile_args or [])
             ext.extra_link_args = link_args + list(ext.extra_link_args or [])
-            ext.depends = list(ext.depends or []) + [stamp]
+            ext.extra_objects = list(ext.extra_objects or []) + [library]
+            ext.depends = list(ext.depends or []) + [stamp, library]
         super().build_extensions()
+
+    def build_csrc(self, compile_args: list[str], stamp: str) -> str:
+        """Compiles each `csrc/*.c` whose object is older than it, a header or the flags, in
+        parallel, and archives them; returns the static library's path."""
+        out = Path(self.build_temp) / "csrc"
+        machine = sysconfig.get_platform().rsplit("-", 1)[-1]
+        obj_ext = self.compiler.obj_extension or ".o"
+        stale: list[tuple[str, list[str]]] = []
+        objects: list[str] = []
+        for source in CSRC:
+            obj = out / (Path(source).stem + obj_ext)
+            objects.append(str(obj))
+            inputs = [source, stamp] + HEADERS
+            if self.force or not obj.is_file() or any(
+                Path(i).stat().st_mtime > obj.stat().st_mtime for i in inputs
+            ):
+                extra = CSRC_FLAGS.get(Path(source).name, {}).get(machine, [])
+                stale.append((source, compile_args + extra))
+        library = self.compiler.library_filename(CSRC_LIB, output_dir=str(out))
+        if not stale and Path(library).is_file():
+            return library
+
+        def compile_one(item: tuple[str, list[str]]) -> list[str]:
+            source, args = item
+            # output_dir + a source path keeps the path under it; strip_dir keeps one folder.
+            return self.compiler.compile(
+                [source], output_dir=str(out), include_dirs=["kime/_cpu/csrc"],
+                extra_postargs=args, debug=self.debug,
+            )
+
+        out.mkdir(parents=True, exist_ok=True)
+        workers = min(len(stale), self.parallel if isinstance(self.parallel, int) else jobs())
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            built = [obj for objs in pool.map(compile_one, stale) for obj in objs]
+        # compile() writes out/kime/_cpu/csrc/x.o; move each to out/x.o where the check looks.
+        for obj in built:
+            target = out / Path(obj).name
+            if Path(obj) != target:
+                os.replace(obj, target)
+        Path(library).unlink(missing_ok=True)
+        self.compiler.create_static_lib(objects, CSRC_LIB, output_dir=str(out))
+        return library
 
     def flags_stamp(self, flags: list[str]) -> str:
         """A file rewritten only when the flags or directives change, listed as a dependency.
@@ -101,17 +182,16 @@ class BuildExt(build_ext):
 
 
 def extensions() -> list[Extension]:
-    """One extension per `kime/_cpu/*.pyx`, named after its path. Each links the hand-written C
-    kernels in `kime/_cpu/csrc/` (an extension is loaded with local symbols, so the copies never
-    meet); the C is compiled for a generic x86-64 and picks AVX2 or AVX-512 code at run time."""
+    """One extension per `kime/_cpu/*.pyx`, named after its path. Each links the static library
+    of the hand-written C kernels in `kime/_cpu/csrc/` (an extension is loaded with local symbols,
+    so the copies never meet); the C is compiled for a generic x86-64 or aarch64 and picks the
+    AVX2/AVX-512 or NEON/dotprod/i8mm/bf16 code at run time."""
     sources = sorted(glob("kime/_cpu/*.pyx"))
-    csrc = sorted(glob("kime/_cpu/csrc/*.c"))
-    headers = sorted(glob("kime/_cpu/csrc/*.h"))
     return [
         Extension(
             Path(source).with_suffix("").as_posix().replace("/", "."),
-            [source] + csrc,
-            depends=headers + csrc,
+            [source],
+            depends=HEADERS + CSRC,
             include_dirs=[np.get_include(), "kime/_cpu/csrc"],
             define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
         )
@@ -119,13 +199,24 @@ def extensions() -> list[Extension]:
     ]
 
 
+def cython_jobs() -> int:
+    """Cython's worker processes: parallel only where multiprocessing forks, since a spawned or
+    forkserver worker would import this script again and run setup() in itself."""
+    if sys.platform != "linux" or multiprocessing.get_start_method() != "fork":
+        return 0
+    return jobs() if jobs() > 1 else 0
+
+
 # Generated C goes under build/, one folder per directive set, so switching KIME_DEBUG regenerates
-# it instead of reusing C made with the other checks.
-setup(
-    ext_modules=cythonize(
-        extensions(),
-        compiler_directives=DIRECTIVES,
-        build_dir=str(Path("build") / ("cython-debug" if DEBUG else "cython")),
-    ),
-    cmdclass={"build_ext": BuildExt},
-)
+# it instead of reusing C made with the other checks. setuptools' build backend runs this file as
+# __main__ too; the guard lets tests import the helpers above without building.
+if __name__ == "__main__":
+    setup(
+        ext_modules=cythonize(
+            extensions(),
+            compiler_directives=DIRECTIVES,
+            nthreads=cython_jobs(),
+            build_dir=str(Path("build") / ("cython-debug" if DEBUG else "cython")),
+        ),
+        cmdclass={"build_ext": BuildExt},
+    )

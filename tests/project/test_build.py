@@ -1,0 +1,113 @@
+"""setup.py builds the C kernels once and in parallel (issue 25): each extension holds only its
+Cython module and links one static library of `kime/_cpu/csrc/*.c`; the job count comes from
+KIME_BUILD_JOBS or the CPUs. Skipped outside a source checkout (the wheel run)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ..paths import ROOT as SOURCE
+
+
+@pytest.fixture(scope="module")
+def setup_py() -> ModuleType:
+    path = SOURCE / "setup.py"
+    if not path.is_file() or not (SOURCE / "kime/_cpu/csrc").is_dir():
+        pytest.skip("not a source checkout (the suite runs against an installed wheel)")
+    pytest.importorskip("Cython")
+    spec = importlib.util.spec_from_file_location("kime_setup_under_test", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    cwd = os.getcwd()
+    os.chdir(SOURCE)  # its globs are relative, as under pip
+    try:
+        spec.loader.exec_module(module)  # not __main__: defines the helpers, builds nothing
+    finally:
+        os.chdir(cwd)
+    return module
+
+
+def test_extensions_hold_only_their_cython_module(setup_py):
+    cwd = os.getcwd()
+    os.chdir(SOURCE)
+    try:
+        exts = setup_py.extensions()
+    finally:
+        os.chdir(cwd)
+    pyx = sorted(p.stem for p in (SOURCE / "kime/_cpu").glob("*.pyx"))
+    assert [e.name.rsplit(".", 1)[1] for e in exts] == pyx
+    for ext in exts:
+        assert len(ext.sources) == 1 and ext.sources[0].endswith(".pyx"), ext.sources
+        # ...and a change to any C file or header still rebuilds it.
+        assert set(setup_py.CSRC) <= set(ext.depends)
+    assert sorted(Path(c).name for c in setup_py.CSRC) == sorted(
+        p.name for p in (SOURCE / "kime/_cpu/csrc").glob("*.c"))
+    for name in setup_py.CSRC_FLAGS:
+        assert (SOURCE / "kime/_cpu/csrc" / name).is_file(), name
+
+
+def test_jobs_follow_kime_build_jobs(setup_py, monkeypatch):
+    monkeypatch.setenv("KIME_BUILD_JOBS", "3")
+    assert setup_py.jobs() == 3
+    monkeypatch.delenv("KIME_BUILD_JOBS")
+    assert setup_py.jobs() == len(os.sched_getaffinity(0))
+
+
+@given(st.text(min_size=1, max_size=6).filter(
+    lambda s: not (s.isascii() and s.isdigit() and int(s) >= 1)))
+def test_bad_kime_build_jobs_is_refused_by_name(setup_py, value):
+    if "\x00" in value:
+        return  # an environment value cannot hold NUL
+    old = os.environ.get("KIME_BUILD_JOBS")
+    os.environ["KIME_BUILD_JOBS"] = value
+    try:
+        with pytest.raises(SystemExit, match="KIME_BUILD_JOBS must be a positive integer"):
+            setup_py.jobs()
+    finally:
+        if old is None:
+            del os.environ["KIME_BUILD_JOBS"]
+        else:
+            os.environ["KIME_BUILD_JOBS"] = old
+
+
+@pytest.mark.slow
+def test_build_compiles_each_c_file_once(tmp_path):
+    """A real build of a copy: each csrc/*.c is compiled exactly once, into the static library,
+    and a second build compiles nothing."""
+    if not (SOURCE / "setup.py").is_file() or shutil.which("cc") is None:
+        pytest.skip("needs a source checkout and a C compiler")
+    pytest.importorskip("Cython")
+    copy = tmp_path / "src"
+    for part in ("setup.py", "pyproject.toml", "kime"):
+        src = SOURCE / part
+        if src.is_dir():
+            shutil.copytree(src, copy / part, ignore=shutil.ignore_patterns(
+                "*.so", "__pycache__", "_*.c"))
+        else:
+            copy.mkdir(exist_ok=True)
+            shutil.copy(src, copy / part)
+    env = {**os.environ, "KIME_BUILD_JOBS": "2"}
+
+    def build() -> str:
+        done = subprocess.run([sys.executable, "setup.py", "build_ext", "--inplace"], cwd=copy,
+                              env=env, capture_output=True, text=True, timeout=1800)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    log = build()
+    for c in sorted((copy / "kime/_cpu/csrc").glob("*.c")):
+        compiles = [line for line in log.splitlines() if f"-c kime/_cpu/csrc/{c.name}" in line]
+        assert len(compiles) == 1, (c.name, compiles)
+    built = list((copy / "kime/_cpu").glob("_*.so"))
+    assert len(built) == len(list((copy / "kime/_cpu").glob("*.pyx")))
+    again = build()
+    assert "kime/_cpu/csrc/" not in again.replace("-Ikime/_cpu/csrc", "")
