@@ -99,6 +99,10 @@ for entry in "${KERNELS[@]}"; do
   total=$(wc -l < "$loop")
   peak_snippet "$mnem" "$TMP/peak_$mnem.s"
   for cpu in $CPUS; do
+    if ! "$MCA" -mtriple=aarch64 -mcpu="$cpu" -iterations=1 "$loop" >/dev/null 2>&1; then
+      echo "| ${what//-/ } | $cpu | - | - | - | - | - | the CPU lacks $mnem |"  # e.g. N1: no i8mm/bf16
+      continue
+    fi
     c=$(cycles "$loop" "$cpu")
     p=$(cycles "$TMP/peak_$mnem.s" "$cpu")
     awk -v what="${what//-/ }" -v cpu="$cpu" -v c="$c" -v n="$n" -v total="$total" -v p="$p" -v m="$mnem" 'BEGIN {

@@ -521,6 +521,7 @@ static void bf16_all(int isa)
 
 int main(void)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* a line at a time, for a reader under a slow emulator */
     const int isa = kime_isa_detect();
     printf("isa %s, qgemm impl %s, bf16 missing: %s\n", kime_isa_name(isa),
            kime_qgemm_impl_name(kime_qgemm_impl(isa)),

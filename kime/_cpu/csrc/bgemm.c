@@ -17,7 +17,7 @@
  * A_BYTES, and each panel runs down the block, so a panel is fetched once per block and each A
  * sliver is reused by every panel. K is never split.
  *
- * aarch64 (bgemm_arm64.h): the same driver over a bfmmla kernel, 12 x 8 tiles, with its own
+ * aarch64 (bgemm_arm64.h): the same driver over a bfmmla kernel, 10 x 8 tiles, with its own
  * panel layout (4 k per column pair group); word counts per row (kw_of) cover both layouts.
  */
 #include <stdint.h>
@@ -47,7 +47,7 @@
 
 #if defined(__aarch64__)
 #define KB_ARM 1 /* the kernel needs FEAT_BF16 (bfmmla), checked at run time */
-#define BMR 12     /* bgemm_arm64.h's tile */
+#define BMR 10     /* bgemm_arm64.h's tile */
 #define BNR 8
 #else
 #define BMR 14

@@ -3,13 +3,14 @@
  * Layout. bfmmla multiplies a 2 x 4 block of A by a 4 x 2 block of W^T into 2 x 2 FP32 sums, so
  * k comes in groups of 4 (K padded with zeros to a multiple of 4): per group, a W panel of
  * BNR = 8 columns holds its column pairs as 16 bytes each (column 2c's 4 bf16, then column
- * 2c + 1's), and an A sliver of BMR = 12 rows holds its row pairs the same way. In 32-bit words
+ * 2c + 1's), and an A sliver of BMR = 10 rows holds its row pairs the same way. In 32-bit words
  * that is 2 words per row (or column) per group, so bgemm.c's word counts (kw_of) and its driver
  * serve both architectures. A GEGLU panel holds 4 outputs: lanes 0-3 the "a" rows, 4-7 the gates.
  *
- * Kernel. 12 x 8 tiles as 6 x 4 blocks: 24 accumulators, 6 A and 4 B vectors per group, 24
- * bfmmla. The blocks are transposed back into rows when spilled, and epilogue_arm64.h stores
- * them (the FP32 epilogue's arithmetic).
+ * Kernel. 10 x 8 tiles as 5 x 4 blocks: 20 accumulators, 5 A and 4 B vectors per group, 20
+ * bfmmla (12 rows, 24 accumulators, make GCC spill three of them per iteration). The blocks
+ * are transposed back into rows when spilled, and epilogue_neon.h's store, the FP32 GEMM's,
+ * applies the epilogue.
  *
  * Rounding. Both operands are rounded to bfloat16 exactly as on x86 (nearest even, NaN quiet,
  * float32 denormals to signed zero; the A side in NEON integer arithmetic, the same function).
@@ -24,11 +25,11 @@
 
 #include <arm_neon.h>
 
-#include "epilogue_arm64.h"
+#include "epilogue_neon.h"
 
 #define TB_ARM __attribute__((target("arch=armv8.2-a+bf16")))
 
-_Static_assert(BMR == 12 && BNR == 8, "bgemm.c's tile is this kernel's");
+_Static_assert(BMR == 10 && BNR == 8, "bgemm.c's tile is this kernel's");
 
 /* round_bf16 on 4 lanes, in integer NEON (no BF16 instruction: packing A runs anywhere) */
 static inline uint16x4_t round_bf16x4(float32x4_t x)
@@ -44,7 +45,7 @@ static inline uint16x4_t round_bf16x4(float32x4_t x)
     return vmovn_u32(vbslq_u32(nan, q, r));
 }
 
-/* Round rows [0, m) of A into a tile sliver (kw / 2 groups of 6 row pairs x 16 bytes); rows past
+/* Round rows [0, m) of A into a tile sliver (kw / 2 groups of 5 row pairs x 16 bytes); rows past
  * m and k past K are zero. `row` holds one row's bf16 (kw words). */
 static void pack_a(const float *A, int lda, int m, int K, uint32_t *row32, uint32_t *dst32)
 {
@@ -102,16 +103,18 @@ kernel_p(const int pairs, int groups, const uint16_t *a, const uint16_t *b, floa
 TB_ARM static void kernel(int m, int kw, const uint32_t *a, const uint32_t *b, float *acc)
 {
     const uint16_t *a16 = (const uint16_t *)a, *b16 = (const uint16_t *)b;
-    switch ((m + 3) / 4) { /* row pairs in quads; rows past m are zero */
-    case 1: kernel_p(2, kw / 2, a16, b16, acc); break;
-    case 2: kernel_p(4, kw / 2, a16, b16, acc); break;
-    default: kernel_p(6, kw / 2, a16, b16, acc); break;
+    switch ((m + 1) / 2) { /* one register allocation per row pair count; a row past m is 0 */
+    case 1: kernel_p(1, kw / 2, a16, b16, acc); break;
+    case 2: kernel_p(2, kw / 2, a16, b16, acc); break;
+    case 3: kernel_p(3, kw / 2, a16, b16, acc); break;
+    case 4: kernel_p(4, kw / 2, a16, b16, acc); break;
+    default: kernel_p(5, kw / 2, a16, b16, acc); break;
     }
 }
 
 static void store_tile(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
 {
-    store_arm64(acc, BNR, m, n0, nv, e, C);
+    kime_store_neon(acc, BNR, BNR / 2, m, n0, nv, e, C);
 }
 
 #endif

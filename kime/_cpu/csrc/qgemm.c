@@ -471,7 +471,7 @@ static const qimpl QIMPLS[] = {
 #ifdef KQ_ARM
     [KIME_QGEMM_NEON] = {NMR, ANR, 0, 64 << 10, quant_neon, qkernel_neon, qstore_neon, QL_K4},
     [KIME_QGEMM_SDOT] = {DMR, ANR, 0, 64 << 10, quant_neon, qkernel_sdot, qstore_neon, QL_K4},
-    [KIME_QGEMM_SMMLA] = {DMR, ANR, 0, 64 << 10, quant_neon, qkernel_smmla, qstore_neon,
+    [KIME_QGEMM_SMMLA] = {MMR, ANR, 0, 64 << 10, quant_neon, qkernel_smmla, qstore_neon,
                           QL_MMLA},
 #endif
 };

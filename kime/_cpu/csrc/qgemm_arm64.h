@@ -3,16 +3,16 @@
  * All three are signed (s8 x s8, no +128 offset, so no column-sum compensation) and share one
  * NEON quantization and one NEON store, so their outputs are the same bits, and the same bits as
  * x86's SIMD impls: the quantization is NumPy's (float32 multiply, nearest-even conversion,
- * clamp), the dequantization is ((float)acc * scale_a) * scale_w + bias in three roundings, and
- * the GELU is vgelu_arm64.h's port of vgelu.h. Tiles are 8 columns wide, so a GEGLU panel holds
+ * clamp), the dequantization is ((float)acc * scale_a) * scale_w + bias in three roundings, the
+ * GELU is vgelu.h's gelu4 and ReLU is x < 0 ? 0 : x (NaN and -0 kept, as max_ps(0, x)). Tiles are 8 columns wide, so a GEGLU panel holds
  * 4 outputs: lanes 0-3 their "a" rows, lanes 4-7 the gate rows.
  *
- *  - neon (every aarch64 CPU): 6 x 8 tiles. smull/smlal multiply 8 s8 pairs into s16 (two k
+ *  - neon (every aarch64 CPU): 4 x 8 tiles. smull/smlal multiply 8 s8 pairs into s16 (two k
  *    groups summed: 2 * 127 * 127 = 32258 fits), sadalp adds pairs into s32. Exact because
  *    quantized values are within +-127 (never -128) and padding is zero.
  *  - sdot (FEAT_DotProd, Neoverse N1/Graviton 2 on): 12 x 8 tiles, 24 accumulators, each
  *    vdotq_laneq_s32 adding 4 k of 4 columns for one row; qgemm.c's 4-k group layout as is.
- *  - smmla (FEAT_I8MM, Neoverse V1/N2/Graviton 3 on): 12 x 8 tiles as 6 x 4 blocks of 2 x 2;
+ *  - smmla (FEAT_I8MM, Neoverse V1/N2/Graviton 3 on): 10 x 8 tiles as 5 x 4 blocks of 2 x 2;
  *    vmmlaq_s32 adds 8 k of a 2-row by 2-column block. Its own layout (qgemm.c's QL_MMLA):
  *    K padded to a multiple of 8; per 8-k group, B holds column pairs as 16 bytes (column 2c's
  *    8 k, then column 2c + 1's) and A holds row pairs the same way. The kernel transposes the
@@ -25,14 +25,15 @@
 
 #include <arm_neon.h>
 
-#include "vgelu_arm64.h"
+#include "epilogue_neon.h" /* kime_neon_load/store; vgelu.h's gelu4 (the x86 lanes' bits) */
 
 #define TQDOT __attribute__((target("arch=armv8.2-a+dotprod")))
 #define TQMM __attribute__((target("arch=armv8.2-a+i8mm")))
 
 #define ANR 8   /* columns of every aarch64 tile */
-#define NMR 6   /* rows of the neon tile */
-#define DMR 12  /* rows of the sdot and smmla tiles */
+#define NMR 4   /* rows of the neon tile: 16 accumulators (6 rows spill under GCC 12) */
+#define DMR 12  /* rows of the sdot tile */
+#define MMR 10  /* rows of the smmla tile: 20 accumulators, 4 B and 5 A vectors fit 32 registers */
 
 /* ---- quantization (every aarch64 impl) -------------------------------------------------- */
 
@@ -75,7 +76,7 @@ static float quant_neon(const float *x, int K, int8_t *q)
     return amax / 127.0f;
 }
 
-/* ---- neon: 6 x 8, smull/smlal + sadalp ---------------------------------------------------- */
+/* ---- neon: 4 x 8, smull/smlal + sadalp ---------------------------------------------------- */
 
 /* acc pair (lo, hi) of 4 columns: 8 s16 products (2 columns x 4 k) folded pairwise into s32 */
 #define NQ_ACC(cl, ch, a8, b16)                                                                \
@@ -84,7 +85,9 @@ static float quant_neon(const float *x, int K, int8_t *q)
         ch = vpadalq_s16(ch, vmull_high_s8(a8, b16));                                          \
     } while (0)
 
-static void qkernel_neon(int m, int K4, const uint8_t *a8, const int8_t *b, int32_t *acc)
+/* no pre-allocation scheduling: GCC 12 would hoist all 16 products ahead of their adds and spill */
+__attribute__((optimize("no-schedule-insns"))) static void
+qkernel_neon(int m, int K4, const uint8_t *a8, const int8_t *b, int32_t *acc)
 {
     (void)m; /* rows past m are zero in the packed A: the tile always runs whole */
     int32x4_t c[NMR][4];
@@ -98,11 +101,9 @@ static void qkernel_neon(int m, int K4, const uint8_t *a8, const int8_t *b, int3
         const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
         const int8x16_t e0 = vld1q_s8(b + 32), e1 = vld1q_s8(b + 48);
         for (int i = 0; i < NMR; i++) {
-            int32_t w0, w1;
-            memcpy(&w0, a + 4 * i, 4);
-            memcpy(&w1, a + NMR * 4 + 4 * i, 4);
-            const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(w0));
-            const int8x16_t y = vreinterpretq_s8_s32(vdupq_n_s32(w1));
+            /* row i's 4 k of each group, repeated in every lane (ld1r); A is 4-byte aligned */
+            const int8x16_t x = vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)a + i));
+            const int8x16_t y = vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)a + NMR + i));
             c[i][0] = vpadalq_s16(c[i][0], vmlal_s8(vmull_s8(vget_low_s8(x), vget_low_s8(b0)),
                                                     vget_low_s8(y), vget_low_s8(e0)));
             c[i][1] = vpadalq_s16(c[i][1], vmlal_high_s8(vmull_high_s8(x, b0), y, e0));
@@ -114,9 +115,7 @@ static void qkernel_neon(int m, int K4, const uint8_t *a8, const int8_t *b, int3
     for (; g < K4; g++, a += NMR * 4, b += ANR * 4) {
         const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
         for (int i = 0; i < NMR; i++) {
-            int32_t w0;
-            memcpy(&w0, a + 4 * i, 4);
-            const int8x16_t x = vreinterpretq_s8_s32(vdupq_n_s32(w0));
+            const int8x16_t x = vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)a + i));
             NQ_ACC(c[i][0], c[i][1], x, b0);
             NQ_ACC(c[i][2], c[i][3], x, b1);
         }
@@ -180,16 +179,18 @@ TQDOT static void qkernel_sdot(int m, int K4, const uint8_t *a, const int8_t *b,
     }
 }
 
-/* ---- smmla: 12 x 8 as 6 x 4 blocks of 2 x 2 ----------------------------------------------- */
+/* ---- smmla: 10 x 8 as 5 x 4 blocks of 2 x 2 ------------------------------------------------
+ * (12 rows would need 24 accumulators beside 4 B and 6 A vectors, and GCC, loading the A
+ * vectors early, spills three accumulators per iteration) */
 
 TQMM static inline __attribute__((always_inline)) void
 qkernel_smmla_p(const int pairs, int K8, const int8_t *a, const int8_t *b, int32_t *acc)
 {
-    int32x4_t c[DMR / 2][ANR / 2];
+    int32x4_t c[MMR / 2][ANR / 2];
     for (int r = 0; r < pairs; r++)
         for (int j = 0; j < ANR / 2; j++)
             c[r][j] = vdupq_n_s32(0);
-    for (int g = 0; g < K8; g++, a += DMR * 8, b += ANR * 8) {
+    for (int g = 0; g < K8; g++, a += MMR * 8, b += ANR * 8) {
         const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
         const int8x16_t b2 = vld1q_s8(b + 32), b3 = vld1q_s8(b + 48);
         for (int r = 0; r < pairs; r++) {
@@ -215,35 +216,16 @@ qkernel_smmla_p(const int pairs, int K8, const int8_t *a, const int8_t *b, int32
 TQMM static void qkernel_smmla(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
 {
     const int8_t *sa = (const int8_t *)a;
-    switch ((m + 3) / 4) { /* row pairs in quads, as sdot; rows past m are zero */
-    case 1: qkernel_smmla_p(2, K4 / 2, sa, b, acc); break;
-    case 2: qkernel_smmla_p(4, K4 / 2, sa, b, acc); break;
-    default: qkernel_smmla_p(6, K4 / 2, sa, b, acc); break;
+    switch ((m + 1) / 2) { /* one register allocation per row pair count; a row past m is 0 */
+    case 1: qkernel_smmla_p(1, K4 / 2, sa, b, acc); break;
+    case 2: qkernel_smmla_p(2, K4 / 2, sa, b, acc); break;
+    case 3: qkernel_smmla_p(3, K4 / 2, sa, b, acc); break;
+    case 4: qkernel_smmla_p(4, K4 / 2, sa, b, acc); break;
+    default: qkernel_smmla_p(5, K4 / 2, sa, b, acc); break;
     }
 }
 
 /* ---- the store (every aarch64 impl) -------------------------------------------------------- */
-
-/* The first n (1..4) floats at p, zeros after: the masked loads of the x86 stores. */
-static inline float32x4_t qload_part(const float *p, int n)
-{
-    if (n >= 4)
-        return vld1q_f32(p);
-    float t[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    memcpy(t, p, (size_t)n * sizeof(float));
-    return vld1q_f32(t);
-}
-
-static inline void qstore_part(float *p, float32x4_t v, int n)
-{
-    if (n >= 4) {
-        vst1q_f32(p, v);
-        return;
-    }
-    float t[4];
-    vst1q_f32(t, v);
-    memcpy(p, t, (size_t)n * sizeof(float));
-}
 
 /* ((float)acc * sa) * sw + bias, three roundings (no fused multiply-add), as deq8 */
 static inline float32x4_t qdeq4(const int32_t *acc, float32x4_t sa, float32x4_t sw,
@@ -255,32 +237,33 @@ static inline float32x4_t qdeq4(const int32_t *acc, float32x4_t sa, float32x4_t 
 static void qstore_neon(const int32_t *acc, int m, int n0, int nv, const qepi *e,
                         const float *sa, const float *sw, const int32_t *comp, float *C)
 {
-    (void)comp; /* signed sums: no compensation */
+    (void)comp;            /* signed sums: no compensation */
+    (void)kime_store_neon; /* epilogue_neon.h's FP32 tile store: only its loads serve here */
     const float32x4_t zero = vdupq_n_f32(0.0f);
     if (e->epi == KIME_EPI_GEGLU) {
-        const float32x4_t ba = e->bias ? qload_part(e->bias + n0, nv) : zero;
-        const float32x4_t bg = e->gbias ? qload_part(e->gbias + n0, nv) : zero;
+        const float32x4_t ba = e->bias ? kime_neon_load(e->bias + n0, nv) : zero;
+        const float32x4_t bg = e->gbias ? kime_neon_load(e->gbias + n0, nv) : zero;
         const float32x4_t swa = vld1q_f32(sw), swg = vld1q_f32(sw + 4);
         for (int i = 0; i < m; i++, acc += ANR, C += e->ldc) {
             const float32x4_t s = vdupq_n_f32(sa[i]);
             const float32x4_t x = qdeq4(acc, s, swa, ba), g = qdeq4(acc + 4, s, swg, bg);
-            qstore_part(C + n0, vmulq_f32(gelu4(x), g), nv);
+            kime_neon_store(C + n0, vmulq_f32(gelu4(x), g), nv);
         }
         return;
     }
     for (int v = 0; v < ANR / 4 && 4 * v < nv; v++) {
         const int left = nv - 4 * v, j0 = n0 + 4 * v;
-        const float32x4_t bias = e->bias ? qload_part(e->bias + j0, left) : zero;
+        const float32x4_t bias = e->bias ? kime_neon_load(e->bias + j0, left) : zero;
         const float32x4_t w = vld1q_f32(sw + 4 * v);
         float *c = C + j0;
         for (int i = 0; i < m; i++, c += e->ldc) {
             float32x4_t x = qdeq4(acc + i * ANR + 4 * v, vdupq_n_f32(sa[i]), w, bias);
             switch (e->epi) {
-            case KIME_EPI_ACCUM: x = vaddq_f32(qload_part(c, left), x); break;
+            case KIME_EPI_ACCUM: x = vaddq_f32(kime_neon_load(c, left), x); break;
             case KIME_EPI_GELU: x = gelu4(x); break;
-            case KIME_EPI_RELU: x = vmaxq_f32(zero, x); break; /* NaN stays, as max_ps */
+            case KIME_EPI_RELU: x = vbslq_f32(vcltzq_f32(x), zero, x); break;
             }
-            qstore_part(c, x, left);
+            kime_neon_store(c, x, left);
         }
     }
 }
