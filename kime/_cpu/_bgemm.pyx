@@ -2,8 +2,9 @@
 with FP32 accumulation, over weights rounded and packed once. Shapes are checked, output and
 scratch allocated, and the GIL dropped, as in _gemm (the checks are _gemm_args.pxd's).
 
-The kernels need AVX-512 with AVX512_BF16 at the ISA kime runs (KIME_ISA caps it): `missing()`
-says what is missing, and `gemm` refuses to run where something is. Packing is portable.
+The kernels need AVX-512 with AVX512_BF16 (on aarch64: FEAT_BF16's bfmmla) at the ISA kime runs
+(KIME_ISA caps it): `missing()` says what is missing, and `gemm` refuses to run where something
+is. Packing is portable C; its layout is the architecture's (bgemm.h).
 """
 import numpy as np
 
@@ -16,6 +17,7 @@ from ._gemm_args cimport (KIME_EPI_GEGLU, a_rows, aligned_bytes, bias_view, chec
 cdef extern from "bgemm.h" nogil:
     int kime_isa_detect()
     const char *kime_bgemm_missing(int isa)
+    const char *kime_bgemm_kernels()
     size_t kime_bgemm_packed_bytes(int N, int K, int geglu)
     void kime_bgemm_pack(const float *W, int N, int K, int geglu, void *packed)
     size_t kime_bgemm_scratch_bytes(int K, int nthreads)
@@ -24,15 +26,17 @@ cdef extern from "bgemm.h" nogil:
                     int nthreads)
 
 EPILOGUES = epilogues()
-KERNELS = "avx512bf16"
-"""The name of the one BF16 kernel set, as `kime doctor` and a model's description say it."""
+KERNELS = kime_bgemm_kernels().decode()
+"""The name of this architecture's BF16 kernel set ("avx512bf16", "bfmmla" on aarch64), as
+`kime doctor` and a model's description say it."""
 
 
 def missing(int isa=-1):
     """None when the BF16 GEMM runs at `isa` (-1: kime_isa_detect(), capped by KIME_ISA); else
     what is missing: "build" (kime was compiled without AVX512_BF16 support), "avx512_bf16"
     (this CPU lacks AVX-512 with AVX512_BF16) or "isa" (the CPU has it, KIME_ISA caps kime below
-    AVX-512)."""
+    AVX-512); on aarch64 "bf16" (the CPU lacks FEAT_BF16) or "isa" (KIME_ISA caps kime below
+    bf16)."""
     cdef const char *why = kime_bgemm_missing(kime_isa_detect() if isa == -1 else isa)
     return None if why == NULL else why.decode()
 

@@ -10,6 +10,8 @@ skip and the refusal is what is tested.
 """
 from __future__ import annotations
 
+import platform
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -23,6 +25,10 @@ from ..tolerances import BF16
 from . import reference
 from .reference import bf16, bf16_bits
 
+ARM64 = platform.machine().lower() in ("aarch64", "arm64")
+# the packed layout (bgemm.h): lanes per panel and k per group; x86 pairs of k in 32 lanes,
+# aarch64 groups of 4 k (column pairs) in 8 lanes
+NR, KG = (8, 4) if ARM64 else (32, 2)
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [0, 1, 2, 7, 13, 14, 15, 64, 333]
 KS = [0, 1, 2, 3, 17, 64, 768]
@@ -125,7 +131,7 @@ def test_weight_rounding_is_bit_exact(values: list) -> None:
     panel holds row j in its low half."""
     x = np.asarray(values, np.float32)
     packed = _bgemm.pack(x[:, None])
-    lanes = packed.reshape(-1, 32, 2)[:, :, 0].reshape(-1)[:x.size]
+    lanes = packed.reshape(-1, NR, KG)[:, :, 0].reshape(-1)[:x.size]
     assert np.array_equal(lanes, bf16_bits(x))
 
 
@@ -139,14 +145,15 @@ def test_packing_layout_and_size() -> None:
         assert first.ctypes.data % 64 == 0
         assert np.array_equal(first, _bgemm.pack(W.copy(), geglu=geglu))
         fp32 = _gemm.pack(W, isa=_gemm.isa_detect(), geglu=geglu)
-        if _gemm.isa_detect() == 2:  # the AVX-512 panels are 32 wide too
+        if not ARM64 and _gemm.isa_detect() == 2:  # the AVX-512 panels are 32 wide too
             assert first.nbytes * 2 == fp32.nbytes
-    panel = _bgemm.pack(W, geglu=True).reshape(-1, 23, 32, 2)  # 23 pairs of k per panel
-    assert np.array_equal(panel[0, :, 3, :].reshape(-1), bf16_bits(W[3]))
-    assert np.array_equal(panel[0, :, 16 + 3, :].reshape(-1), bf16_bits(W[35 + 3]))
-    odd = _bgemm.pack(np.ascontiguousarray(W[:, :45])).reshape(-1, 23, 32, 2)
-    # K = 45: the last pair's high half is zero padding
-    assert (odd[:, 22, :, 1] == 0).all()
+    groups = -(-46 // KG)  # 23 pairs of k per panel on x86, 12 groups of 4 on aarch64
+    panel = _bgemm.pack(W, geglu=True).reshape(-1, groups, NR, KG)
+    assert np.array_equal(panel[0, :, 3, :].reshape(-1)[:46], bf16_bits(W[3]))
+    assert np.array_equal(panel[0, :, NR // 2 + 3, :].reshape(-1)[:46], bf16_bits(W[35 + 3]))
+    odd = _bgemm.pack(np.ascontiguousarray(W[:, :45])).reshape(-1, groups, NR, KG)
+    # K = 45: the last group's k past 44 are zero padding
+    assert (odd[:, groups - 1, :, 1:] == 0).all()
 
 
 @needs_bf16
@@ -198,10 +205,12 @@ def test_refuses_bad_arguments() -> None:
 
 
 def test_capped_isa_refuses_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Below AVX-512 (KIME_ISA=avx2) the kernels never run: `missing` says why and `gemm`
-    refuses instead of executing an instruction the ISA may lack. Packing still works."""
-    monkeypatch.setenv("KIME_ISA", "avx2")
-    assert _bgemm.missing() == ("isa" if _bgemm.missing(2) is None else _bgemm.missing(2))
+    """Below AVX-512 (KIME_ISA=avx2; on aarch64 below bf16, KIME_ISA=i8mm) the kernels never
+    run: `missing` says why and `gemm` refuses instead of executing an instruction the ISA may
+    lack. Packing still works."""
+    top = 4 if ARM64 else 2  # the level the kernels need: bf16, or avx512
+    monkeypatch.setenv("KIME_ISA", "i8mm" if ARM64 else "avx2")
+    assert _bgemm.missing() == ("isa" if _bgemm.missing(top) is None else _bgemm.missing(top))
     packed = _bgemm.pack(np.ones((2, 2), np.float32))
     with pytest.raises(RuntimeError, match="missing: %s" % _bgemm.missing()):
         _bgemm.gemm(np.ones((1, 2), np.float32), packed, 2, 2)

@@ -1,7 +1,8 @@
 """kime._cpu._qgemm (csrc/qgemm.c): the INT8 GEMM with fused dequantization, on every kernel set
 ("impl") this CPU runs, each forced in turn through KIME_QGEMM: portable, AVX2's vpmaddubsw,
 AVX-VNNI's ymm vpdpbusd and AVX-512 VNNI's zmm vpdpbusd. A CPU without AVX-VNNI but with
-AVX512-VL + VNNI runs the AVX-VNNI kernel's EVEX twin: the same code, another encoding.
+AVX512-VL + VNNI runs the AVX-VNNI kernel's EVEX twin: the same code, another encoding. On
+aarch64 the impls are portable, neon (smull/sadalp), sdot (dotprod) and smmla (i8mm).
 
 Exactness: the raw INT32 sums equal an int64 NumPy product of A and W quantized in NumPy exactly
 as the kernel does, bit for bit. Accuracy: the dequantized output and every epilogue against the
@@ -9,6 +10,8 @@ float64 product, within INT8 error. Determinism: bits independent of the thread 
 batch a row is computed in, and the same on every SIMD impl.
 """
 from __future__ import annotations
+
+import platform
 
 import numpy as np
 import pytest
@@ -20,7 +23,9 @@ from ..tolerances import INT8
 from . import reference
 from .reference import quantize_int8 as quantize
 
-IMPLS = ["portable", "avx2", "avxvnni", "vnni512"]
+ARM64 = platform.machine().lower() in ("aarch64", "arm64")
+IMPLS = ["portable", "neon", "sdot", "smmla"] if ARM64 else ["portable", "avx2", "avxvnni",
+                                                             "vnni512"]
 SIMD_IMPLS = IMPLS[1:]
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [1, 2, 5, 7, 13, 64, 333]
@@ -288,6 +293,14 @@ def test_impl_choice(monkeypatch: pytest.MonkeyPatch) -> None:
 
     default = chosen(None)
     assert default[0] == "portable"
+    if ARM64:  # levels neon, dotprod, i8mm, bf16: the impl follows the level, capped by name
+        best = ["portable", "neon", "sdot", "smmla", "smmla"]
+        assert default == best[:len(default)]
+        assert chosen("bogus") == default and chosen("smmla") == default
+        assert set(chosen("portable")) == {"portable"}
+        assert chosen("neon") == ["portable"] + ["neon"] * (len(default) - 1)
+        assert chosen("sdot") == [min(b, "sdot", key=best.index) for b in default]
+        return
     assert all(name in ("avx2", "avxvnni") for name in default[1:2])
     assert all(name in ("avx2", "avxvnni", "vnni512") for name in default[2:])
     assert chosen("bogus") == default and chosen("vnni512") == default
@@ -306,10 +319,13 @@ def test_pack_belongs_to_its_impl(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("KIME_QGEMM", name)
         if runs(name):
             packs[name] = _qgemm.pack(W)
-    if "avx2" not in packs or "avxvnni" not in packs:
-        pytest.skip("needs avx2 and avxvnni")
-    assert packs["avx2"].shape == packs["avxvnni"].shape
-    assert not np.array_equal(packs["avx2"], packs["avxvnni"])
+    # on aarch64: sdot's 4-k groups against smmla's 8-k groups of column pairs (K = 24 packs to
+    # the same size)
+    a, b = ("sdot", "smmla") if ARM64 else ("avx2", "avxvnni")
+    if a not in packs or b not in packs:
+        pytest.skip("needs %s and %s" % (a, b))
+    assert packs[a].shape == packs[b].shape
+    assert not np.array_equal(packs[a], packs[b])
 
 
 def test_refuses_bad_arguments() -> None:
