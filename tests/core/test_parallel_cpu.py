@@ -4,12 +4,15 @@ a row's answer does not depend on its batch or the thread count, and a plan that
 batch runs a sequential one with the sequential bits.
 
 The checkpoints are synthetic (`kime.synthetic`); the backend takes the layout from the batch,
-so the rows are laid out here by laya's rule (`kime.layout.parallel_layout`)."""
+so the rows are laid out here by laya's rule (`kime.layout.parallel_layout`). The golden rows
+Laya 0.4.15 itself ran (tests/goldens/parallel.json: its ids, markers, position and option ids,
+raw logits and act probabilities) hold the backends to Laya."""
 from __future__ import annotations
 
+import json
 import tracemalloc
 import warnings
-from typing import List
+from typing import Any, Dict, List
 
 import numpy as np
 import pytest
@@ -23,6 +26,7 @@ from kime.checkpoint import Checkpoint, load_checkpoint
 from kime.layout import parallel_layout
 from kime.synthetic import write_checkpoint
 
+from ..paths import GOLDENS
 from ..tolerances import BF16, FP32, INT8
 
 needs_bf16 = pytest.mark.skipif(_bgemm.missing() is not None,
@@ -203,3 +207,60 @@ def test_the_reference_refuses_half_a_layout(checkpoint):
     ids = np.arange(5, 15, dtype=np.int64)
     with pytest.raises(ValueError, match="go together"):
         ReferenceModel(checkpoint).row(ids, np.array([2]), 0, positions=np.arange(10))
+
+
+def _golden_checkpoint(name: str, info: Dict[str, Any], tmp_path) -> Checkpoint:
+    """The checkpoint a parallel.json case ran on: committed, or rewritten by kime's writer."""
+    if "path" in info:
+        path = GOLDENS / info["path"]
+    else:
+        path = write_checkpoint(tmp_path / name, info["shape"], seed=info["seed"],
+                                odd_temperatures=info["odd_temperatures"],
+                                option_layout=info["option_layout"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return load_checkpoint(str(path))
+
+
+GOLDEN = json.loads((GOLDENS / "parallel.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.slow  # 481 rows through the compiled pass, some through the NumPy reference
+@pytest.mark.parametrize("name", sorted(GOLDEN["checkpoints"]))
+def test_golden_rows_match_laya(name, tmp_path):
+    """Every row Laya ran on a parallel checkpoint: the compiled FP32 pass and the reference give
+    Laya's raw logits and act probabilities; INT8 stays within its table of them."""
+    rows = [r for c in GOLDEN["cases"] if c["checkpoint"] == name for r in c["rows"] or ()]
+    assert rows
+    ck = _golden_checkpoint(name, GOLDEN["checkpoints"][name], tmp_path)
+
+    def pack(part):
+        return Batch.pack([r["ids"] for r in part], [r["markers"] for r in part],
+                          [r["qtype"] for r in part], positions=[r["position_ids"] for r in part],
+                          option_ids=[r["option_ids"] for r in part])
+
+    batch = pack(rows)
+    want_logits = np.concatenate([r["logits"] for r in rows]).astype(np.float32)
+    want_act = np.array([r["act"] for r in rows], dtype=np.float32)
+    f32 = CpuBackend(ck, 2, use_cache=False)
+    logits, act = run(f32, batch)
+    np.testing.assert_allclose(logits, want_logits, **FP32.logits.kw)
+    np.testing.assert_allclose(act, want_act, **FP32.probs.kw)
+    some = rows[::max(1, len(rows) // 24)]
+    ref = ReferenceModel(ck).run(pack(some))
+    np.testing.assert_allclose(ref.logits, np.concatenate([r["logits"] for r in some]),
+                               **FP32.logits.kw)
+    np.testing.assert_allclose(ref.act, np.array([r["act"] for r in some]), **FP32.probs.kw)
+    int8 = CpuBackend(ck, 2, precision="int8", use_cache=False)
+    q_logits, q_act = run(int8, batch)
+    assert np.abs(row_softmax(q_logits, batch.mcu)
+                  - row_softmax(want_logits, batch.mcu)).max() <= INT8.probs.atol
+    assert np.abs(q_act - want_act).max() <= INT8.probs.atol
+    f32.close()
+    int8.close()
+    if _bgemm.missing() is None:  # BF16 where its kernels run (AVX512_BF16)
+        bf16 = CpuBackend(ck, 2, precision="bf16", use_cache=False)
+        b_logits, b_act = run(bf16, batch)
+        np.testing.assert_allclose(b_logits, want_logits, **BF16.logits.kw)
+        np.testing.assert_allclose(b_act, want_act, **BF16.probs.kw)
+        bf16.close()

@@ -376,45 +376,44 @@ static void attend_block_masked(tile_fn tile, softmax_fn softmax, const float *q
     memset(ot, 0, (size_t)hd * QB * sizeof *ot);
     for (int i = 0; i < QB; i++)
         m[i] = -INFINITY, l[i] = 0.0f;
-    /* Padded lanes take query 0's ids: they see what it sees, so a block that holds a key for
-     * some lane holds one for a real query, and they are never written out. */
+    /* Padded lanes take query 0's ids: they see what it sees (and are never written out), so
+     * the bounds below are those of the real queries. */
     int32_t qp[QB], qo[QB];
-    int qmin = INT_MAX, qmax = INT_MIN, qslot = 0;
+    int qmin = INT_MAX, qmax = INT_MIN, qomin = INT_MAX, qomax = INT_MIN;
     for (int i = 0; i < QB; i++) {
         qp[i] = pos[i0 + (i < qn ? i : 0)], qo[i] = opt[i0 + (i < qn ? i : 0)];
         qmin = qp[i] < qmin ? qp[i] : qmin, qmax = qp[i] > qmax ? qp[i] : qmax;
-        qslot |= qo[i] > 0;
+        qomin = qo[i] < qomin ? qo[i] : qomin, qomax = qo[i] > qomax ? qo[i] : qomax;
     }
-    unsigned char keep[KB * QB];
     for (int j0 = 0; j0 < n; j0 += KB) {
         const int kn = n - j0 < KB ? n - j0 : KB;
         const int32_t *kp = pos + j0, *ko = opt + j0;
-        int kmin = INT_MAX, kmax = INT_MIN, kslot = 0;
+        int kmin = INT_MAX, kmax = INT_MIN, komin = INT_MAX, komax = INT_MIN;
         for (int j = 0; j < kn; j++) {
             kmin = kp[j] < kmin ? kp[j] : kmin, kmax = kp[j] > kmax ? kp[j] : kmax;
-            kslot |= ko[j] > 0;
+            komin = ko[j] < komin ? ko[j] : komin, komax = ko[j] > komax ? ko[j] : komax;
         }
+        /* A block no query may see is skipped: all keys outside every query's window, or all
+         * keys and queries in slots with no slot in common. (A block these bounds keep whose
+         * pairs are all masked changes nothing: zero weights, and alpha 1, or 0 before any key
+         * was seen.) */
         if (w >= 0 && (kmin > qmax + w || kmax < qmin - w))
-            continue; /* wholly outside the window */
-        const int near = w < 0 || (kmax - qmin <= w && qmax - kmin <= w);
-        int any = 1, all = near && !(qslot && kslot);
-        if (!all) {
-            int seen = 0, every = 1;
-            for (int j = 0; j < kn; j++)
-                for (int i = 0; i < QB; i++) {
-                    const int ok = !(qo[i] > 0 && ko[j] > 0 && qo[i] != ko[j]) &&
-                                   (near || abs(qp[i] - kp[j]) <= w);
-                    keep[j * QB + i] = (unsigned char)ok;
-                    seen |= ok, every &= ok;
-                }
-            any = seen, all = every;
-        }
-        if (!any)
-            continue; /* visiting it would leave m, l and the output as they are */
+            continue;
+        if (qomin > 0 && komin > 0 && (komin > qomax || komax < qomin))
+            continue;
+        const int window = w >= 0 && (kmax - qmin > w || qmax - kmin > w);
+        const int slots = qomax > 0 && komax > 0; /* some pair lies in two slots */
         tile(k + (ptrdiff_t)j0 * ld, ld, 1, kn, qt, hd, s, NULL);
-        if (!all)
-            for (int x = 0; x < kn * QB; x++)
-                s[x] = keep[x] ? s[x] : -INFINITY;
+        if (window || slots)
+            for (int j = 0; j < kn; j++) {
+                float *sj = s + j * QB;
+                const int32_t p = kp[j], o = ko[j];
+                for (int i = 0; i < QB; i++) {
+                    const int far = window & ((qp[i] - p > w) | (p - qp[i] > w));
+                    const int other = slots & (o > 0) & (qo[i] > 0) & (qo[i] != o);
+                    sj[i] = far | other ? -INFINITY : sj[i];
+                }
+            }
         softmax(s, kn, 0, -1, m, l, alpha);
         tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
     }
