@@ -173,7 +173,9 @@ make_venv() {  # make_venv ROOT STAMP PKG...
     rm -rf "$root/opt/venv"
     in_chroot "$root" "" /usr/bin/python3 -m venv /opt/venv
     in_chroot "$root" "" /opt/venv/bin/python -m pip install -q --upgrade pip
-    in_chroot "$root" "" /opt/venv/bin/python -m pip install -q --only-binary=:all: "$@"
+    # --no-compile: byte-compiling numpy & co. under emulation costs minutes; imports compile
+    # what they use.
+    in_chroot "$root" "" /opt/venv/bin/python -m pip install -q --no-compile --only-binary=:all: "$@"
     touch "$root/.kime-$stamp-done"
 }
 
