@@ -60,9 +60,9 @@ def test_every_shape_has_its_attention_instances():
 @pytest.mark.slow
 def test_kernels_compile_with_nvcc(tmp_path):
     """Where the CUDA toolkit's nvcc is on PATH (no GPU needed), every instance a model may load,
-    the parallel layout's included, compiles for sm_75, sm_80 and sm_90 without a warning: the
-    same source NVRTC takes, with the instances named by explicit instantiation. Minutes on a
-    small CPU."""
+    the parallel layout's included, compiles for sm_90 (the H200 this project is lent) without a
+    warning: the same source NVRTC takes, with the instances named by explicit instantiation.
+    About a minute on a small CPU (each further architecture costs as much again, hence one)."""
     import shutil
     import subprocess
 
@@ -85,7 +85,7 @@ def test_kernels_compile_with_nvcc(tmp_path):
                 lines.append("template __global__ void %s(%s);" % (name, table[base]))
         src = tmp_path / ("inst_%s.cu" % ("f16" if half else "f32"))
         src.write_text("\n".join(lines) + "\n")
-        for arch in ("sm_75", "sm_80", "sm_90"):
+        for arch in ("sm_90",):
             run = subprocess.run([nvcc, "-arch=" + arch, "-ptx", "-o", str(tmp_path / "k.ptx"),
                                   str(src)] + list(kernels.options(half)),
                                  capture_output=True, text=True, timeout=600)
