@@ -34,12 +34,19 @@ CPU = Device("cpu")
 
 def bf16_missing() -> Optional[str]:
     """Why `precision="bf16"` cannot run here, in words, or None when it can: the CPU lacks
-    AVX512_BF16, KIME_ISA caps kime below AVX-512, or kime was built without the kernels."""
+    AVX512_BF16 (FEAT_BF16 on aarch64), KIME_ISA caps kime below it, or kime was built without
+    the kernels."""
     from . import _bgemm
 
     why = _bgemm.missing()
     if why is None:
         return None
+    if _bgemm.KERNELS == "bfmmla":  # aarch64: FEAT_BF16's matrix multiply-accumulate
+        if why == "isa":
+            return ("this CPU has FEAT_BF16, but KIME_ISA=%s caps kime's kernels below bf16"
+                    % os.environ.get("KIME_ISA", ""))
+        return ("this CPU lacks FEAT_BF16 (Arm's bfloat16 matrix multiply-accumulate, bfmmla: "
+                "Neoverse V1, N2 and V2, Graviton 3 and 4)")
     if why == "isa":
         return ("this CPU has AVX512_BF16, but KIME_ISA=%s caps kime's kernels below AVX-512"
                 % os.environ.get("KIME_ISA", ""))
