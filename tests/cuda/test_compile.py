@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from ..toolchain import working
+
 from kime._cuda import kernels
 from kime.synthetic import SHAPES
 
@@ -63,12 +65,11 @@ def test_kernels_compile_with_nvcc(tmp_path):
     the parallel layout's included, compiles for sm_90 (the H200 this project is lent) without a
     warning: the same source NVRTC takes, with the instances named by explicit instantiation.
     About a minute on a small CPU (each further architecture costs as much again, hence one)."""
-    import shutil
     import subprocess
 
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
+    nvcc = working("nvcc")
+    if nvcc is None or working("gcc") is None:  # nvcc preprocesses with the host's gcc
+        pytest.skip("nvcc, or the host compiler it needs, is not on PATH")
     sigs = {"attention_simple": "const act_t*, const int*, const int*, int, int, float, int, "
                                 "act_t*",
             "attention_mma": "const half_t*, const int*, const int*, int, int, float, int, "

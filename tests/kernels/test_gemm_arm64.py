@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Dict, List
 
 import pytest
 
+from ..toolchain import working
+
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kime" / "_cpu" / "csrc"
 HARNESS = Path(__file__).with_name("arm64_gemm_harness.c")
-CROSS = shutil.which("aarch64-linux-gnu-gcc")
-QEMU = shutil.which("qemu-aarch64-static")
-NATIVE = shutil.which("gcc") or shutil.which("cc")
+CROSS = working("aarch64-linux-gnu-gcc")
+QEMU = working("qemu-aarch64-static")
+NATIVE = working("gcc") or working("cc")
 
 pytestmark = pytest.mark.skipif(
     platform.machine() not in ("x86_64", "AMD64") or not (CROSS and QEMU and NATIVE),

@@ -9,16 +9,17 @@ Emulated, so slow, and its timings say nothing about ARM speed.
 """
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from ..toolchain import working
+
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kime" / "_cpu" / "csrc"
-CC = shutil.which("aarch64-linux-gnu-gcc")
-QEMU = shutil.which("qemu-aarch64-static")
+CC = working("aarch64-linux-gnu-gcc")
+QEMU = working("qemu-aarch64-static")
 
 pytestmark = [
     pytest.mark.slow,
