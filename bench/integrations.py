@@ -29,12 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
-from .peers import UNSET_ENV, clean_env, find_peer_python
+from .peers import UNSET_ENV, clean_env, find_peer_python, run_script, timing_line
 
 PEER_PRELUDE = r"""
 import json, sys, time, warnings
@@ -171,17 +170,11 @@ MEASUREMENTS: Dict[str, Measurement] = {
 # --- running ------------------------------------------------------------------------------------
 
 def _peer(python: str, source: str, req: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    code = PEER_PRELUDE + source + PEER_EPILOGUE
-    r = subprocess.run([python, "-c", code], input=json.dumps(req), capture_output=True,
-                       text=True, env=clean_env(), timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError("Laya's side failed (exit %d):\n%s" % (r.returncode, r.stderr[-3000:]))
-    return dict(json.loads(r.stdout))
+    return run_script(python, PEER_PRELUDE + source + PEER_EPILOGUE, req, timeout)
 
 
 def _line(name: str, s: Dict[str, Any]) -> str:
-    return "  %-14s p50 %8.2f ms   p95 %8.2f ms   max %8.2f ms   (n=%d)" % (
-        name, s["p50"] * 1e3, s["p95"] * 1e3, s["max"] * 1e3, s["n"])
+    return timing_line(name, s, width=14, digits=2)
 
 
 def run_one(m: Measurement, req: Dict[str, Any], python: Optional[str]) -> Dict[str, Any]:

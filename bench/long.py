@@ -17,12 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .peers import UNSET_ENV, clean_env, find_peer_python
+from .peers import UNSET_ENV, clean_env, find_peer_python, run_script, timing_line
 
 # Laya's side: reads one JSON request on stdin, answers one JSON object on stdout.
 PEER = r"""
@@ -48,16 +47,11 @@ json.dump({"seconds": seconds, "result": result, "load_s": load_s, "laya": laya.
 
 
 def _peer(python: str, req: Dict[str, Any], timeout: float) -> Dict[str, Any]:
-    r = subprocess.run([python, "-c", PEER], input=json.dumps(req), capture_output=True,
-                       text=True, env=clean_env(), timeout=timeout)
-    if r.returncode != 0:
-        raise RuntimeError("Laya's side failed (exit %d):\n%s" % (r.returncode, r.stderr[-3000:]))
-    return json.loads(r.stdout)
+    return run_script(python, PEER, req, timeout)
 
 
 def _line(name: str, s: Dict[str, Any]) -> str:
-    return "  %-14s p50 %8.1f ms   p95 %8.1f ms   max %8.1f ms   (n=%d)" % (
-        name, s["p50"] * 1e3, s["p95"] * 1e3, s["max"] * 1e3, s["n"])
+    return timing_line(name, s, width=14, digits=1)
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -132,3 +132,20 @@ def probe(python: str, args: List[str], timeout: float = 1800) -> Dict[str, Any]
         raise PeerError("probe %s failed (exit %d):\n%s" % (" ".join(args), r.returncode,
                                                              r.stderr[-3000:]))
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def run_script(python: str, source: str, req: Dict[str, Any], timeout: float) -> Dict[str, Any]:
+    """Run a peer script in `python` (the oracle interpreter) with `req` as JSON on stdin, in
+    the clean environment, and return the JSON object it prints; its stderr tail on failure."""
+    r = subprocess.run([python, "-c", source], input=json.dumps(req), capture_output=True,
+                       text=True, env=clean_env(), timeout=timeout)
+    if r.returncode != 0:
+        raise RuntimeError("Laya's side failed (exit %d):\n%s" % (r.returncode, r.stderr[-3000:]))
+    return dict(json.loads(r.stdout))
+
+
+def timing_line(name: str, s: Dict[str, Any], width: int = 14, digits: int = 1) -> str:
+    """One side's p50, p95 and worst call in ms (`s` from `bench.stats.summarize`)."""
+    f = "%8.{}f ms".format(digits)
+    return ("  %-*s p50 " + f + "   p95 " + f + "   max " + f + "   (n=%d)") % (
+        width, name, s["p50"] * 1e3, s["p95"] * 1e3, s["max"] * 1e3, s["n"])
