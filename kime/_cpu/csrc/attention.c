@@ -36,8 +36,28 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KIME_X86 1
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#define KIME_NEON 1
 #endif
 #include "kernels.h"
+
+/* GCC contracts a * b + c into one FMA wherever the target has FMA (-ffp-contract=fast): on
+ * aarch64 everywhere, since FMA is in its baseline. The x86-64 baseline has none, so the portable
+ * code rounds every product there. NO_CONTRACT gives the plain-C code (and the NEON code, whose
+ * vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h) those roundings on other targets
+ * too: the x86 bits, and RoPE's reference bits. Clang contracts only within one expression, so
+ * the code below keeps such products in statements of their own. Empty on x86: nothing there
+ * changes. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
+#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+/* and without GCC's pre-allocation scheduling, which hoists all six A loads of a k-step ahead of
+ * their FMAs and spills three of the 24 accumulators (as in qgemm's neon kernel) */
+#define NO_CONTRACT_NO_SCHED __attribute__((optimize("fp-contract=off", "no-schedule-insns")))
+#else
+#define NO_CONTRACT
+#define NO_CONTRACT_NO_SCHED
+#endif
 
 #define QB 32 /* queries per work item: the lanes (2 zmm, 4 ymm)                        */
 #define KB 32 /* keys per softmax block; small so local windows skip most of the row     */
@@ -66,7 +86,7 @@ typedef void (*softmax_fn)(float *s, int kn, int delta, int w, float *m, float *
 #define MADD(a, b, c) ((a) * (b) + (c))
 #define SAME(x) (x)
 
-static inline float exp2_c(float x)
+NO_CONTRACT static inline float exp2_c(float x)
 {
     const float y = x > -125.0f ? x : -125.0f;
     const float n = (y + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
@@ -76,8 +96,8 @@ static inline float exp2_c(float x)
 
 /* ---- portable C -------------------------------------------------------------------------- */
 
-static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R, const float *b, int X,
-                   float *c, const float *alpha)
+NO_CONTRACT static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
+                               const float *b, int X, float *c, const float *alpha)
 {
     for (int r = 0; r < R; r++, c += QB) {
         float acc[QB];
@@ -93,7 +113,8 @@ static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R, const floa
 }
 
 /* Lanes innermost: unit-stride loops the compiler can vectorise where its FP rules allow. */
-static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l, float *alpha)
+NO_CONTRACT static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l,
+                                  float *alpha)
 {
     float mx[QB], use[QB], sum[QB] = {0};
     memcpy(mx, m, sizeof mx);
@@ -198,8 +219,8 @@ softmax_512(float *s, int kn, int delta, int w, float *m, float *l, float *alpha
         }
         const __m512 al = exp2_512(_mm512_sub_ps(m0, use));
         _mm512_storeu_ps(alpha + 16 * v, al);
-        _mm512_storeu_ps(l + 16 * v,
-                         _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(l + 16 * v), al), sum));
+        /* l * al + sum in one rounding: what GCC made of the mul and add written here before */
+        _mm512_storeu_ps(l + 16 * v, _mm512_fmadd_ps(_mm512_loadu_ps(l + 16 * v), al, sum));
         _mm512_storeu_ps(m + 16 * v, mx);
     }
 }
@@ -285,12 +306,133 @@ softmax_256(float *s, int kn, int delta, int w, float *m, float *l, float *alpha
         }
         const __m256 al = exp2_256(_mm256_sub_ps(m0, use));
         _mm256_storeu_ps(alpha + 8 * v, al);
-        _mm256_storeu_ps(l + 8 * v,
-                         _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(l + 8 * v), al), sum));
+        /* l * al + sum in one rounding: what GCC made of the mul and add written here before */
+        _mm256_storeu_ps(l + 8 * v, _mm256_fmadd_ps(_mm256_loadu_ps(l + 8 * v), al, sum));
         _mm256_storeu_ps(m + 8 * v, mx);
     }
 }
 #endif /* KIME_X86 */
+
+#ifdef KIME_NEON
+/* ---- NEON: AVX2's bits. Half the lanes at a time, rows of 6 x 4 q-register accumulators ---- */
+/* Every lane does what its AVX2 lane does, operation for operation: one FMA per x in ascending
+ * x from alpha * c or +0, the same polynomial with fused steps, nearest-even rounding, the same
+ * masks; so the blocking (6 rows x 16 lanes: 24 accumulators and 4 B vectors of 32 registers) is
+ * free to suit NEON. vfmaq_f32(a, b, c) is a + b * c where _mm256_fmadd_ps(a, b, c) is a * b + c. */
+
+#define FMA_NEON(a, b, c) vfmaq_f32((c), (a), (b))
+
+NO_CONTRACT static inline float32x4_t exp2_neon(float32x4_t x)
+{
+    const uint32x4_t ok = vcgeq_f32(x, vdupq_n_f32(-125.0f));
+    x = vmaxq_f32(x, vdupq_n_f32(-125.0f)); /* a NaN lane differs from x86's max, but ok drops it */
+    const float32x4_t n = vrndnq_f32(x);
+    const float32x4_t f = vsubq_f32(x, n);
+    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+    const float32x4_t p = vmulq_f32(EXP2_POLY(f, FMA_NEON, vdupq_n_f32), vreinterpretq_f32_s32(e));
+    return vreinterpretq_f32_u32(vandq_u32(ok, vreinterpretq_u32_f32(p)));
+}
+
+NO_CONTRACT_NO_SCHED __attribute__((always_inline)) static inline void
+tile_rows_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, const int R, const float *b, int X,
+               float *c, const float *alpha)
+{
+    float32x4_t acc[6][4];
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++)
+            acc[r][v] = alpha ? vmulq_f32(vld1q_f32(c + r * QB + 4 * v), vld1q_f32(alpha + 4 * v))
+                              : vdupq_n_f32(0.0f);
+    for (int x = 0; x < X; x++, a += xa, b += QB) {
+        const float32x4_t b0 = vld1q_f32(b), b1 = vld1q_f32(b + 4), b2 = vld1q_f32(b + 8),
+                          b3 = vld1q_f32(b + 12);
+#pragma GCC unroll 6
+        for (int r = 0; r < R; r++) {
+            const float s = a[r * ra];
+            acc[r][0] = vfmaq_n_f32(acc[r][0], b0, s);
+            acc[r][1] = vfmaq_n_f32(acc[r][1], b1, s);
+            acc[r][2] = vfmaq_n_f32(acc[r][2], b2, s);
+            acc[r][3] = vfmaq_n_f32(acc[r][3], b3, s);
+        }
+    }
+#pragma GCC unroll 6
+    for (int r = 0; r < R; r++)
+        for (int v = 0; v < 4; v++)
+            vst1q_f32(c + r * QB + 4 * v, acc[r][v]);
+}
+
+/* Six rows out of line: its one loop is the hot loop (tools/mca_arm64_kernels.txt measures it). */
+NO_CONTRACT_NO_SCHED __attribute__((noinline)) static void
+tile6_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, const float *b, int X, float *c,
+           const float *alpha)
+{
+    tile_rows_neon(a, ra, xa, 6, b, X, c, alpha);
+}
+
+NO_CONTRACT_NO_SCHED static void tile_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
+                                           const float *b, int X, float *c, const float *alpha)
+{
+    for (int h = 0; h < QB; h += 16) {
+        const float *al = alpha ? alpha + h : NULL;
+        int r = 0;
+        for (; r + 6 <= R; r += 6)
+            tile6_neon(a + r * ra, ra, xa, b + h, X, c + r * QB + h, al);
+        switch (R - r) { /* the last rows, in one pass */
+        case 5: tile_rows_neon(a + r * ra, ra, xa, 5, b + h, X, c + r * QB + h, al); break;
+        case 4: tile_rows_neon(a + r * ra, ra, xa, 4, b + h, X, c + r * QB + h, al); break;
+        case 3: tile_rows_neon(a + r * ra, ra, xa, 3, b + h, X, c + r * QB + h, al); break;
+        case 2: tile_rows_neon(a + r * ra, ra, xa, 2, b + h, X, c + r * QB + h, al); break;
+        case 1: tile_rows_neon(a + r * ra, ra, xa, 1, b + h, X, c + r * QB + h, al); break;
+        }
+    }
+}
+
+/* softmax_256 on 4 vectors (16 lanes) at a time: the running maxima are 4 independent chains. */
+NO_CONTRACT static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
+                                     float *alpha)
+{
+    const float32x4_t ninf = vdupq_n_f32(-INFINITY);
+    const int32x4_t lanes = {0, 1, 2, 3}, one = vdupq_n_s32(1), wv = vdupq_n_s32(w);
+    for (int g = 0; g < QB; g += 16) {
+        float32x4_t m0[4], mx[4], use[4], sum[4];
+        int32x4_t diff[4]; /* lane i minus key j's offset, counted down as j advances */
+        for (int v = 0; v < 4; v++) {
+            m0[v] = mx[v] = vld1q_f32(m + g + 4 * v);
+            sum[v] = vdupq_n_f32(0.0f);
+            diff[v] = vsubq_s32(lanes, vdupq_n_s32(delta - g - 4 * v));
+        }
+        for (int j = 0; j < kn; j++) {
+            float *sj = s + j * QB + g;
+            for (int v = 0; v < 4; v++) {
+                float32x4_t x = vld1q_f32(sj + 4 * v);
+                if (w >= 0) {
+                    x = vbslq_f32(vcgtq_s32(vabsq_s32(diff[v]), wv), ninf, x);
+                    vst1q_f32(sj + 4 * v, x);
+                    diff[v] = vsubq_s32(diff[v], one);
+                }
+                mx[v] = vbslq_f32(vcgtq_f32(mx[v], x), mx[v], x); /* _mm256_max_ps(mx, x) */
+            }
+        }
+        for (int v = 0; v < 4; v++) /* 0 where the maximum is -inf: _mm256_andnot_ps */
+            use[v] = vreinterpretq_f32_u32(
+                vbicq_u32(vreinterpretq_u32_f32(mx[v]), vceqq_f32(mx[v], ninf)));
+        for (int j = 0; j < kn; j++) {
+            float *sj = s + j * QB + g;
+            for (int v = 0; v < 4; v++) {
+                const float32x4_t p = exp2_neon(vsubq_f32(vld1q_f32(sj + 4 * v), use[v]));
+                vst1q_f32(sj + 4 * v, p);
+                sum[v] = vaddq_f32(sum[v], p);
+            }
+        }
+        for (int v = 0; v < 4; v++) {
+            const float32x4_t al = exp2_neon(vsubq_f32(m0[v], use[v]));
+            vst1q_f32(alpha + g + 4 * v, al);
+            vst1q_f32(l + g + 4 * v, vfmaq_f32(sum[v], vld1q_f32(l + g + 4 * v), al));
+            vst1q_f32(m + g + 4 * v, mx[v]);
+        }
+    }
+}
+#endif /* KIME_NEON */
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
@@ -442,6 +584,9 @@ static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const
         tile = tile_512, softmax = softmax_512;
     else if (isa == KIME_ISA_AVX2)
         tile = tile_256, softmax = softmax_256;
+#elif defined(KIME_NEON)
+    if (kime_isa_detect() >= KIME_ISA_NEON)
+        tile = tile_neon, softmax = softmax_neon;
 #endif
     const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;
     (void)nthreads; /* read only by OpenMP */
@@ -500,21 +645,25 @@ void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const floa
 }
 
 /* Rotate-half RoPE of one token's q and k heads by the table rows c, s. Plain C: it is
- * memory-bound and elementwise, and without FMA contraction (x86-64 baseline) it gives the same
- * bits as the reference's x * cos + rotate_half(x) * sin. */
-static inline void rope_token(float *x, int H, int hd, const float *c, const float *s)
+ * memory-bound and elementwise, and without FMA contraction (the x86-64 baseline; NO_CONTRACT
+ * elsewhere) it gives the same bits as the reference's x * cos + rotate_half(x) * sin. On aarch64
+ * GCC vectorises the loop into NEON (fmul/fsub/fadd on 4 lanes), so it needs no intrinsics. */
+NO_CONTRACT static inline void rope_token(float *x, int H, int hd, const float *c, const float *s)
 {
     const int half = hd / 2;
     for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
         for (int i = 0; i < half; i++) {
             const float a = x[i], b = x[i + half];
-            x[i] = a * c[i] - b * s[i];
-            x[i + half] = b * c[i] + a * s[i];
+            const float ac = a * c[i], bs = b * s[i], bc = b * c[i], as = a * s[i];
+            x[i] = ac - bs;
+            x[i + half] = bc + as;
         }
 }
 
-void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const float *cos_table,
-               const float *sin_table, const int32_t *pos, int nthreads)
+/* NO_CONTRACT here too: rope_token is inlined into this function's OpenMP bodies. */
+NO_CONTRACT void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
+                           const float *cos_table, const float *sin_table, const int32_t *pos,
+                           int nthreads)
 {
     (void)T, (void)nthreads; /* the rows cover tokens cu[0]..cu[R]; OpenMP reads nthreads */
     const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;

@@ -11,6 +11,19 @@
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define KIME_X86 1
 #include <immintrin.h>
+#elif defined(__aarch64__)
+#define KIME_NEON 1
+#include <arm_neon.h>
+#endif
+
+/* GCC contracts a * b + c into one FMA wherever the target has FMA (aarch64's baseline; not the
+ * x86-64 one): other bits than x86's. Off in the functions below that round a product and then
+ * add, on every GCC target but x86 (where it changes nothing, and x86's code stays as it was);
+ * clang contracts only within one source expression, never across statements or intrinsics. */
+#if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
+#define PLAIN_FP __attribute__((optimize("fp-contract=off")))
+#else
+#define PLAIN_FP
 #endif
 
 #include "bgemm.h"
@@ -49,8 +62,8 @@ static inline float half_to_float(uint16_t bits) {
  * count and batch, without one long chain of dependent double adds (which made LayerNorm about
  * 8% of an INT8 forward pass). */
 #define NACC 8
-static inline void norm_row(const float *x, float *y, int d, const float *w, const float *b,
-                            float eps) {
+PLAIN_FP static inline void norm_row(const float *x, float *y, int d, const float *w,
+                                     const float *b, float eps) {
     double part_s[NACC] = {0}, part_q[NACC] = {0};
     int i = 0;
     for (; i + NACC <= d; i += NACC)
@@ -76,6 +89,64 @@ static inline void norm_row(const float *x, float *y, int d, const float *w, con
         y[i] = b ? v + b[i] : v;
     }
 }
+
+typedef void (*norm_fn)(const float *, float *, int, const float *, const float *, float);
+
+#ifdef KIME_NEON
+/* norm_row in NEON, to the bit (as norm_row512 on AVX-512): the eight double partial sums are
+ * the lanes of four float64x2 vectors (part_s[k] is vector k / 2, lane k % 2, taking x[i + k]),
+ * and every other step is the same IEEE operation on the same values in the same order.
+ * PLAIN_FP: vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h, which it would fuse. */
+PLAIN_FP static void norm_row_neon(const float *x, float *y, int d, const float *w,
+                                   const float *b, float eps) {
+    const float64x2_t zero = vdupq_n_f64(0.0);
+    float64x2_t acc[4] = {zero, zero, zero, zero};
+    int i = 0;
+    for (; i + NACC <= d; i += NACC) {
+        const float32x4_t lo = vld1q_f32(x + i), hi = vld1q_f32(x + i + 4);
+        acc[0] = vaddq_f64(acc[0], vcvt_f64_f32(vget_low_f32(lo)));
+        acc[1] = vaddq_f64(acc[1], vcvt_high_f64_f32(lo));
+        acc[2] = vaddq_f64(acc[2], vcvt_f64_f32(vget_low_f32(hi)));
+        acc[3] = vaddq_f64(acc[3], vcvt_high_f64_f32(hi));
+    }
+    double part[NACC], sum = 0.0;
+    for (int k = 0; k < 4; k++) vst1q_f64(part + 2 * k, acc[k]);
+    for (int k = 0; k < NACC; k++) sum += part[k];
+    for (int j = i; j < d; j++) sum += x[j];
+    const double mean = sum / d;
+    const float64x2_t vmean = vdupq_n_f64(mean);
+    for (int k = 0; k < 4; k++) acc[k] = zero;
+    for (i = 0; i + NACC <= d; i += NACC) {
+        const float32x4_t lo = vld1q_f32(x + i), hi = vld1q_f32(x + i + 4);
+        const float64x2_t c[4] = {vsubq_f64(vcvt_f64_f32(vget_low_f32(lo)), vmean),
+                                  vsubq_f64(vcvt_high_f64_f32(lo), vmean),
+                                  vsubq_f64(vcvt_f64_f32(vget_low_f32(hi)), vmean),
+                                  vsubq_f64(vcvt_high_f64_f32(hi), vmean)};
+        for (int k = 0; k < 4; k++) acc[k] = vaddq_f64(acc[k], vmulq_f64(c[k], c[k]));
+    }
+    double sq = 0.0;
+    for (int k = 0; k < 4; k++) vst1q_f64(part + 2 * k, acc[k]);
+    for (int k = 0; k < NACC; k++) sq += part[k];
+    for (int j = i; j < d; j++) {
+        double c = x[j] - mean;
+        sq += c * c;
+    }
+    const double inv = 1.0 / sqrt(sq / d + (double)eps);
+    const float64x2_t vinv = vdupq_n_f64(inv);
+    for (i = 0; i + 4 <= d; i += 4) {
+        const float32x4_t xv = vld1q_f32(x + i);
+        const float64x2_t c0 = vmulq_f64(vsubq_f64(vcvt_f64_f32(vget_low_f32(xv)), vmean), vinv);
+        const float64x2_t c1 = vmulq_f64(vsubq_f64(vcvt_high_f64_f32(xv), vmean), vinv);
+        float32x4_t v = vmulq_f32(vcvt_high_f32_f64(vcvt_f32_f64(c0), c1), vld1q_f32(w + i));
+        if (b) v = vaddq_f32(v, vld1q_f32(b + i));
+        vst1q_f32(y + i, v);
+    }
+    for (; i < d; i++) {
+        float v = (float)((x[i] - mean) * inv) * w[i];
+        y[i] = b ? v + b[i] : v;
+    }
+}
+#endif
 
 #ifdef KIME_X86
 /* norm_row in AVX-512, to the bit: the eight double partial sums are the eight lanes of one
@@ -127,12 +198,19 @@ norm_row512(const float *x, float *y, int d, const float *w, const float *b, flo
 }
 #endif
 
-void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
-                     float eps, int nthreads) {
-    void (*row)(const float *, float *, int, const float *, const float *, float) = norm_row;
+/* The row norm kime_layer_norm runs at this ISA level: each gives norm_row's bits. */
+static norm_fn norm_for_isa(void) {
 #ifdef KIME_X86
-    if (kime_isa_detect() == KIME_ISA_AVX512) row = norm_row512;
+    if (kime_isa_detect() == KIME_ISA_AVX512) return norm_row512;
+#elif defined(KIME_NEON)
+    if (kime_isa_detect() >= KIME_ISA_NEON) return norm_row_neon;
 #endif
+    return norm_row;
+}
+
+PLAIN_FP void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
+                              const float *b, float eps, int nthreads) {
+    const norm_fn row = norm_for_isa();
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)
 #endif
@@ -141,9 +219,14 @@ void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, con
 }
 
 /* Embedding gather, FP16 -> FP32, then the embedding LayerNorm. */
-static void embed(const kime_model *m, const int32_t *ids, int n, float *x, float *tmp,
-                  int nthreads) {
+PLAIN_FP static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
+                           float *tmp, int nthreads) {
     int d = m->d;
+#ifdef KIME_NEON
+    const norm_fn norm = norm_for_isa(); /* kime_layer_norm's, as the other norms */
+#else
+    const norm_fn norm = norm_row; /* x86 as before (every variant gives its bits) */
+#endif
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)
 #endif
@@ -151,7 +234,7 @@ static void embed(const kime_model *m, const int32_t *ids, int n, float *x, floa
         const uint16_t *src = m->tok_emb + (size_t)ids[t] * d;
         float *row = tmp + (size_t)t * d;
         for (int i = 0; i < d; i++) row[i] = half_to_float(src[i]);
-        norm_row(row, x + (size_t)t * d, d, m->emb_norm_w, m->emb_norm_b, m->norm_eps);
+        norm(row, x + (size_t)t * d, d, m->emb_norm_w, m->emb_norm_b, m->norm_eps);
     }
     (void)nthreads;
 }
@@ -238,7 +321,7 @@ static void head_layer_last(const kime_model *m, const kime_arena *a, const kime
     linear(m, a, a->ffn, 4 * d, nq, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, xc, d, nthreads);
 }
 
-void kime_act_features(const float *logits, int k, float *out) {
+PLAIN_FP void kime_act_features(const float *logits, int k, float *out) {
     float mx = k > 0 ? logits[0] : 0.f; /* a row without options reads no logit */
     for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
     float sum = 0.f, top1 = 0.f, top2 = 0.f, ent = 0.f;
@@ -342,9 +425,11 @@ int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, con
     return 0;
 }
 
-int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
-                 int rows, const int32_t *markers, const int32_t *mcu, const int32_t *qtype,
-                 const int32_t *pos, const int32_t *opt, float *logits, float *act, int nthreads) {
+/* PLAIN_FP: the scorer's dot product rounds each product, as on x86 */
+PLAIN_FP int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
+                          const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
+                          const int32_t *qtype, const int32_t *pos, const int32_t *opt,
+                          float *logits, float *act, int nthreads) {
     int d = m->d, n = cu[rows], n_markers = mcu[rows];
     if (n_markers > a->max_markers) return -1;
     if (!pos || !opt) pos = opt = NULL; /* both or neither */
