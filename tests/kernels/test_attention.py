@@ -2,9 +2,11 @@
 
 The float64 references loop per row and per head and build the full score matrix, so they share
 nothing with the kernel's blocked online softmax. Every path (portable, AVX2, AVX-512) the CPU has
-is forced in turn through KIME_ISA.
+is forced in turn through KIME_ISA (on aarch64: portable, neon, dotprod, i8mm, bf16).
 """
 from __future__ import annotations
+
+import platform
 
 import numpy as np
 import pytest
@@ -17,6 +19,9 @@ from ..tolerances import FP32
 from . import reference
 
 WINDOWS = [0, 1, 4, 64, 1000, -1]
+# Every ISA level's name on this architecture (kernels.h), each forced through KIME_ISA.
+ISAS = (["portable", "neon", "dotprod", "i8mm", "bf16"]
+        if platform.machine().lower() in ("aarch64", "arm64") else ["portable", "avx2", "avx512"])
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +31,7 @@ def one_blas_thread():
         yield
 
 
-@pytest.fixture(params=["portable", "avx2", "avx512"])
+@pytest.fixture(params=ISAS)
 def isa(request, monkeypatch):
     monkeypatch.setenv("KIME_ISA", request.param)
     if _attention.isa() != request.param:

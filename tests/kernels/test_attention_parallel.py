@@ -21,7 +21,7 @@ from kime.layout import parallel_layout
 
 from ..tolerances import FP32
 from . import reference
-from .test_attention import bounds, random_qkv, tables
+from .test_attention import ISAS, bounds, random_qkv, tables
 
 WINDOWS = [0, 1, 4, 8, 64, 1000, -1]
 
@@ -32,7 +32,7 @@ def one_blas_thread():
         yield
 
 
-@pytest.fixture(params=["portable", "avx2", "avx512"])
+@pytest.fixture(params=ISAS)
 def isa(request, monkeypatch):
     monkeypatch.setenv("KIME_ISA", request.param)
     if _attention.isa() != request.param:
