@@ -46,9 +46,11 @@
  * aarch64 everywhere, since FMA is in its baseline. The x86-64 baseline has none, so the portable
  * code rounds every product there. NO_CONTRACT gives the plain-C code (and the NEON code, whose
  * vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h) those roundings on other targets
- * too: the x86 bits, and RoPE's reference bits. Clang contracts only within one expression, so
- * the code below keeps such products in statements of their own. Empty on x86: nothing there
- * changes. */
+ * too: the x86 bits, and RoPE's reference bits. Clang contracts within one expression unless
+ * the standard pragma says no. Nothing changes on x86. */
+#if defined(__clang__) && !defined(KIME_X86)
+#pragma STDC FP_CONTRACT OFF
+#endif
 #if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
 #define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 /* and without GCC's pre-allocation scheduling, which hoists all six A loads of a k-step ahead of

@@ -19,7 +19,10 @@
 /* GCC contracts a * b + c into one FMA wherever the target has FMA (aarch64's baseline; not the
  * x86-64 one): other bits than x86's. Off in the functions below that round a product and then
  * add, on every GCC target but x86 (where it changes nothing, and x86's code stays as it was);
- * clang contracts only within one source expression, never across statements or intrinsics. */
+ * clang contracts within one source expression unless the standard pragma says no. */
+#if defined(__clang__) && !defined(KIME_X86)
+#pragma STDC FP_CONTRACT OFF
+#endif
 #if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
 #define PLAIN_FP __attribute__((optimize("fp-contract=off")))
 #else
