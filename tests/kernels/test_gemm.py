@@ -1,4 +1,6 @@
-"""kime._cpu._gemm (csrc/gemm.c) against float64 NumPy references, on every ISA path this CPU has.
+"""kime._cpu._gemm (csrc/gemm.c) against float64 NumPy references, on every FP32 micro-kernel this
+CPU has: the lowest level of each kernel `_gemm.kernel_name` names (on aarch64 the dotprod, i8mm and
+bf16 levels run the neon level's FP32 kernel, so they are not run again).
 
 Accuracy: each epilogue over a grid of awkward shapes (tails in M, K and N), with and without
 bias. Determinism: bits independent of the thread count and of which batch (and so which tile) a
@@ -15,7 +17,8 @@ from kime._cpu import _gemm
 from ..tolerances import FP32
 from . import reference
 
-ISAS = list(range(_gemm.isa_detect() + 1))
+ISAS = [i for i in range(_gemm.isa_detect() + 1)
+        if _gemm.kernel_name(i) not in {_gemm.kernel_name(j) for j in range(i)}]
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [1, 2, 7, 13, 64, 333]
 KS = [1, 3, 17, 64, 768]
