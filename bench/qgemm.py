@@ -2,6 +2,7 @@
 
     python -m bench.qgemm --threads 2 --repeat 30
     python -m bench.qgemm --impl avx2 avxvnni vnni512
+    python -m bench.qgemm --impl neon sdot smmla          (aarch64)
 
 For each linear layer of ModernBERT-base and -large at M = 512 tokens, times kime_qgemm (dynamic
 per-row activation quantization inside the A packing, INT32 accumulation, fused dequantization
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import platform
 import statistics
 import time
 
@@ -46,6 +48,12 @@ def p95(times: list[float]) -> float:
     return times[min(len(times) - 1, int(round(0.95 * (len(times) - 1))))]
 
 
+# KIME_QGEMM's names on this machine's architecture
+IMPLS = (["portable", "neon", "sdot", "smmla"]
+         if platform.machine().lower() in ("aarch64", "arm64")
+         else ["portable", "avx2", "avxvnni", "vnni512"])
+
+
 def forced(impl: str | None) -> None:
     """Force the INT8 kernel set (None: the default pick) for the next pack and GEMM calls."""
     if impl is None:
@@ -59,9 +67,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--tokens", type=int, nargs="+", default=[512])
-    ap.add_argument("--isa", type=int, default=-1, help="0 portable, 1 avx2, 2 avx512")
-    ap.add_argument("--impl", nargs="+", default=[None],
-                    choices=["portable", "avx2", "avxvnni", "vnni512"],
+    ap.add_argument("--isa", type=int, default=-1,
+                    help="0 portable, 1 avx2, 2 avx512 (aarch64: 1 neon ... 4 bf16)")
+    ap.add_argument("--impl", nargs="+", default=[None], choices=IMPLS,
                     help="INT8 kernel sets to compare (default: the one this CPU picks)")
     args = ap.parse_args()
 
