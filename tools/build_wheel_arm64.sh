@@ -1,16 +1,25 @@
 #!/usr/bin/env bash
-# Build kime's aarch64 wheel in the arm64 Debian chroot under qemu-user (issue 25) and repair it
-# into a manylinux tag with auditwheel:
+# Build kime's aarch64 wheel and repair it into a manylinux tag with auditwheel (issue 25):
 #
 #   tools/build_wheel_arm64.sh [OUTDIR]      (default: dist-arm64/)
 #
-# Creates the chroot first if it is missing (tools/arm64_chroot.sh create; KIME_ARM64_ROOT picks
-# it). The wheel is built from a clean copy of this tree: the files git tracks, plus the ones it
-# does not ignore, never a build folder, a .so or Cython's generated C. `pip wheel` runs without
-# build isolation, with the chroot venv's Cython, setuptools and numpy (downloading them again
-# into an isolated environment costs minutes under emulation). auditwheel picks the most widely
-# compatible manylinux policy the built code allows on bookworm's glibc 2.36; nothing forces a
-# tag. The last line printed is the repaired wheel's path.
+# Two ways, the same sources and the same GCC 12 (Debian bookworm's) either way:
+#   cross (the default): on this x86-64 host, with Debian's aarch64-linux-gnu-gcc, against the
+#       Python headers and sysconfig data of the arm64 chroot ROOT-run (tools/arm64_chroot.sh
+#       create-run makes it when missing); setuptools is told the target through
+#       _PYTHON_HOST_PLATFORM and _PYTHON_SYSCONFIGDATA_NAME, as cross builds of CPython
+#       extensions are. auditwheel repairs it here too, bundling the cross toolchain's aarch64
+#       libgomp and stripping with aarch64-linux-gnu-strip. About a minute.
+#   KIME_ARM64_BUILD=chroot: `pip wheel` inside the arm64 chroot ROOT under qemu-user, with
+#       the chroot venv's Cython, setuptools and numpy (tools/arm64_chroot.sh create). Every
+#       compiler run is emulated: tens of minutes.
+# The wheel is built from a clean copy of this tree: the files git tracks, plus the ones it does
+# not ignore, never a build folder, a .so or Cython's generated C. auditwheel picks the most
+# widely compatible manylinux policy the built code allows on bookworm's glibc 2.36; nothing
+# forces a tag. The last line printed is the repaired wheel's path.
+#
+# Environment: KIME_ARM64_ROOT (see tools/arm64_chroot.sh), PYTHON (the host interpreter with
+# setuptools, Cython, numpy and auditwheel for the cross build; default .venv/bin/python).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -21,10 +30,13 @@ root=${KIME_ARM64_ROOT:-/work/arm64/chroot}
 step() { printf '== %s\n' "$*"; }
 since() { echo "$(( $(date +%s) - $1 )) s"; }
 
-if [[ ! -e "$root/.kime-venv-done" ]]; then
-    step "create the arm64 chroot at $root"
-    bash "$chroot_sh" create
-fi
+mode=${KIME_ARM64_BUILD:-cross}
+case "$mode" in
+    cross) [[ -e "$root-run/.kime-venv-done" ]] || { step "create the arm64 chroot at $root-run"; bash "$chroot_sh" create-run; } ;;
+    chroot) [[ -e "$root/.kime-venv-done" ]] || { step "create the arm64 chroot at $root"; bash "$chroot_sh" create; } ;;
+    *) echo "build_wheel_arm64: KIME_ARM64_BUILD is cross or chroot, not $mode" >&2; exit 2 ;;
+esac
+python=${PYTHON:-$repo/.venv/bin/python}
 
 work="$(mktemp -d /tmp/kime-arm64-wheel.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
@@ -42,22 +54,64 @@ fi
 rm -rf "$work/src/build"
 find "$work/src/kime" \( -name '*.so' -o -name '_*.c' -path '*/_cpu/_*' \) -delete
 
+# cross_env SYSROOT: the environment that makes the host's setuptools build for aarch64.
+cross_env() {
+    local sysroot=$1 pyver data
+    pyver=$(ls -d "$sysroot"/usr/include/python3.[0-9]* | grep -o '3\.[0-9]*$' | sort -V | tail -n 1)
+    data=$(cd "$sysroot/usr/lib/python$pyver" && ls _sysconfigdata__linux_aarch64-linux-gnu.py)
+    [[ -n "$pyver" && -n "$data" ]] || { echo "build_wheel_arm64: $sysroot has no aarch64 Python headers" >&2; exit 1; }
+    [[ "$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" == "$pyver" ]] ||
+        { echo "build_wheel_arm64: the cross build needs a host Python $pyver, as the chroot has" >&2; exit 1; }
+    # Python.h includes <aarch64-linux-gnu/python3.X/pyconfig.h>: the headers go in a folder of
+    # their own, so the sysroot's libc headers never shadow the cross toolchain's.
+    mkdir -p "$work/inc/aarch64-linux-gnu" "$work/sysconfig" "$work/bin"
+    cp -r "$sysroot/usr/include/python$pyver" "$work/inc/"
+    cp -r "$sysroot/usr/include/aarch64-linux-gnu/python$pyver" "$work/inc/aarch64-linux-gnu/"
+    cp "$sysroot/usr/lib/python$pyver/$data" "$work/sysconfig/"
+    ln -sf "$(command -v aarch64-linux-gnu-strip)" "$work/bin/strip"  # for auditwheel --strip
+    echo "_PYTHON_HOST_PLATFORM=linux-aarch64"
+    echo "_PYTHON_SYSCONFIGDATA_NAME=${data%.py}"
+    echo "PYTHONPATH=$work/sysconfig"
+    echo "CC=aarch64-linux-gnu-gcc"
+    echo "LDSHARED=aarch64-linux-gnu-gcc -shared"
+    # -g0: the sysconfig flags ask for -g, which auditwheel strips again; it only slows the build.
+    echo "CFLAGS=-I$work/inc/python$pyver -I$work/inc -g0"
+}
+
 start=$(date +%s)
-step "pip wheel (aarch64, under qemu-user)"
-bash "$chroot_sh" run "$work" -- python -m pip wheel --no-deps --no-build-isolation \
-    -w "$work/raw" "$work/src" 2>&1 | tail -n 3
-raw=("$work"/raw/kime-*.whl)
-[[ -f "${raw[0]}" ]] || { echo "build_wheel_arm64: pip wrote no wheel" >&2; exit 1; }
+if [[ "$mode" == cross ]]; then
+    for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-strip; do
+        command -v "$tool" >/dev/null ||
+            { echo "build_wheel_arm64: $tool missing: apt-get install gcc-aarch64-linux-gnu" >&2; exit 1; }
+    done
+    mapfile -t xenv < <(cross_env "$root-run")
+    step "pip wheel (aarch64, cross-compiled on $(uname -m))"
+    env "${xenv[@]}" "$python" -m pip wheel -q --no-deps --no-build-isolation \
+        -w "$work/raw" "$work/src" > "$work/pip.log" 2>&1 || { tail -n 20 "$work/pip.log"; exit 1; }
+else
+    step "pip wheel (aarch64, under qemu-user)"
+    bash "$chroot_sh" run "$work" -- python -m pip wheel --no-deps --no-build-isolation \
+        -w "$work/raw" "$work/src" 2>&1 | tail -n 3
+fi
+raw=("$work"/raw/kime-*linux_aarch64.whl)
+[[ -f "${raw[0]}" ]] || { echo "build_wheel_arm64: pip wrote no aarch64 wheel" >&2; exit 1; }
 echo "built $(basename "${raw[0]}") in $(since "$start")"
 
 start=$(date +%s)
 step "auditwheel repair"
-bash "$chroot_sh" run "$work" -- auditwheel repair --strip --wheel-dir "$work/out" "${raw[0]}" \
-    > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; exit 1; }
+if [[ "$mode" == cross ]]; then
+    # auditwheel reads the aarch64 ELF files from here; libgomp comes from the cross toolchain.
+    PATH="$work/bin:$(dirname "$python"):$PATH" LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib \
+        "$python" -m auditwheel repair --strip --wheel-dir "$work/out" "${raw[0]}" \
+        > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; exit 1; }
+else
+    bash "$chroot_sh" run "$work" -- python -m auditwheel repair --strip --wheel-dir "$work/out" "${raw[0]}" \
+        > "$work/repair.log" 2>&1 || { cat "$work/repair.log"; exit 1; }
+fi
 grep -E "^Fixed-up wheel" "$work/repair.log" || true
 fixed=("$work"/out/kime-*manylinux*aarch64*.whl)
 [[ -f "${fixed[0]}" ]] || { cat "$work/repair.log"; echo "build_wheel_arm64: no manylinux aarch64 wheel" >&2; exit 1; }
-bash "$chroot_sh" run "$work" -- auditwheel show "${fixed[0]}"
+LD_LIBRARY_PATH=/usr/aarch64-linux-gnu/lib "$python" -m auditwheel show "${fixed[0]}" 2>/dev/null | sed -n '2,4p' || true
 echo "repaired in $(since "$start")"
 
 name=$(basename "${fixed[0]}")
