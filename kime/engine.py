@@ -52,9 +52,10 @@ class Kime:
     `hf://org/repo[/subfolder]` reference, a Hub repo id or a checkpoint directory; names are
     looked up offline in the Hugging Face cache. `device` is `auto` (a GPU when one runs here,
     else the CPU), `cpu` or `cuda[:N]`. `precision` is `auto` (FP16 on a GPU, FP32 on the CPU),
-    `f16` (GPU only), `f32`, `int8` or `bf16` (CPU only; bf16 needs AVX512_BF16). `threads=0`
-    uses every core. Both are parsed and checked once, here (`kime.factory.check_options`); a
-    layer above that has checked them already passes its `kime.factory.Target` as `device`.
+    `f16` (GPU only), `f32`, `int8` or `bf16` (CPU only; bf16 needs AVX512_BF16, or FEAT_BF16
+    on aarch64). `threads=0` uses every core. Both are parsed and checked once, here
+    (`kime.factory.check_options`); a layer above that has checked them already passes its
+    `kime.factory.Target` as `device`.
 
     `answer_cache` bounds the rows whose raw outputs are kept (keyed by the row's token ids,
     markers and question type, so a hit is exactly what a forward pass would give) and

@@ -2,7 +2,7 @@
 # Test kime's aarch64 wheel installed where there is no compiler, under every qemu-user CPU model
 # that selects a different aarch64 kernel set (issue 25):
 #
-#   tools/test_wheel_arm64.sh WHEEL [X86_ANSWERS]
+#   tools/test_wheel_arm64.sh WHEEL
 #
 # It runs in ROOT-run, the chroot tools/arm64_chroot.sh create-run makes (KIME_ARM64_ROOT picks
 # ROOT), which has no compiler; the script also checks that no cc/gcc/clang runs. The wheel goes
@@ -16,13 +16,16 @@
 # kernels raise spurious divide-by-zero warnings under qemu 7.2. a64fx, SVE without dotprod, picks
 # the same kernels as cortex-a57 while no kernel uses SVE, so it is not in the default list):
 #   - `kime doctor`'s kernel lines (which aarch64 set it picked);
-#   - `kime decide` on tests/goldens/checkpoints/tiny, FP32 and INT8, against X86_ANSWERS (a JSON
-#     file {"fp32": RESULT, "int8": RESULT}; without it they are computed here with PYTHON, default
-#     .venv/bin/python, which must import kime, under KIME_ISA=avx2 where the CPU has AVX2: the
-#     NEON kernels do what the AVX2 ones do, so their answers are the ones to match, and an
-#     AVX-512 host's attention differs from them in the last bits). Every number within 1e-4,
-#     FP32 and INT8 (an INT8 activation rounded the other way would show), and the script says
-#     whether they are identical;
+#   - the x86 side, computed first on this host with PYTHON (default .venv/bin/python, which must
+#     import kime) under KIME_ISA=avx2 where the CPU has AVX2: the NEON kernels do what the AVX2
+#     ones do, so those are the outputs to match (an AVX-512 host's attention differs from them
+#     in the last bits);
+#   - the forward pass's raw outputs (logits and act, FP32 and INT8, three requests) against the
+#     x86 ones, to the bit;
+#   - `kime decide` on tests/goldens/checkpoints/tiny, FP32 and INT8, and under the widest models
+#     `kime gate` (INT8 against FP32 on 5 of its built-in requests): every key and string equal,
+#     every number within 1e-4 of x86's, and the script says when they are identical. (Their
+#     probabilities come from NumPy, whose exp may differ across architectures in the last bit.)
 #   - kernel tests: under the models in KIME_ARM64_WIDE_CPUS (default: the last of
 #     KIME_ARM64_CPUS, the widest) KIME_ARM64_KERNELS (default: tests/kernels -k "not portable"),
 #     which forces every aarch64 kernel set there one by one through KIME_ISA/KIME_QGEMM; under
@@ -41,9 +44,8 @@ set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
-[[ $# -ge 1 && -f "$1" ]] || { echo "usage: $0 WHEEL [X86_ANSWERS]" >&2; exit 2; }
+[[ $# -eq 1 && -f "$1" ]] || { echo "usage: $0 WHEEL" >&2; exit 2; }
 wheel="$(realpath "$1")"
-answers=${2:-}
 chroot_sh="$repo/tools/arm64_chroot.sh"
 root=${KIME_ARM64_ROOT:-/work/arm64/chroot}
 cpus=${KIME_ARM64_CPUS:-cortex-a57 neoverse-n1 max,sme=off}
@@ -86,24 +88,53 @@ cat > "$work/questions.json" <<'EOF'
  "refund":  {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 EOF
 
-if [[ -n "$answers" ]]; then
-    cp "$answers" "$work/x86.json"
-else
-    python=${PYTHON:-$repo/.venv/bin/python}
-    pin=""
-    grep -qw avx2 /proc/cpuinfo && pin=KIME_ISA=avx2
-    echo "== the x86 answers, from $python ${pin:-(no AVX2 here: the kernels this CPU picks)}"
-    for p in fp32 int8; do
-        (cd "$work" && env $pin "$python" -W ignore -m kime.cli decide --model "$repo/tests/goldens/checkpoints/tiny" \
-            --state "$state" --questions questions.json --precision "$p" --threads 1 --compact \
-            > "$work/x86-$p.json")
-    done
-    "$python" -c 'import json, sys; json.dump({p: json.load(open(f"{sys.argv[1]}/x86-{p}.json"))
-        for p in ("fp32", "int8")}, open(f"{sys.argv[1]}/x86.json", "w"))' "$work"
-fi
+cat > "$work/outputs.py" <<'EOF'
+"""A hash of the forward pass's raw outputs (logits, act) on three requests, FP32 and INT8."""
+import hashlib
+import sys
+import warnings
+
+import kime
+
+STATE = "I was charged twice for my subscription this month, please refund one of them. "
+QUESTIONS = {
+    "team": {"type": "choice", "instructions": "Which team?",
+             "criteria": {"billing": "payments", "tech": "bugs"}},
+    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "normal", "high"]},
+    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
+for precision in ("f32", "int8"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = kime.Kime(sys.argv[1], device="cpu", precision=precision, threads=1)
+    digest = hashlib.sha256()
+    for n in (1, 3, 9):  # one bucket each
+        response = engine.decide({"state": STATE * n, "questions": QUESTIONS}, cache=False)
+        for q in QUESTIONS:
+            digest.update(response[q].logits.tobytes())
+            digest.update(response[q].act.tobytes())
+    print(precision, digest.hexdigest())
+EOF
+
+python=${PYTHON:-$repo/.venv/bin/python}
+pin=""
+grep -qw avx2 /proc/cpuinfo && pin=KIME_ISA=avx2
+echo "== the x86 side, from $python ${pin:-(no AVX2 here: the kernels this CPU picks)}"
+env $pin "$python" "$work/outputs.py" "$repo/tests/goldens/checkpoints/tiny" > "$work/x86-outputs.txt"
+for p in fp32 int8; do
+    (cd "$work" && env $pin "$python" -W ignore -m kime.cli decide --model "$repo/tests/goldens/checkpoints/tiny" \
+        --state "$state" --questions questions.json --precision "$p" --threads 1 --compact \
+        > "$work/x86-$p.json")
+done
+# kime gate (INT8 against FP32 over its built-in requests), run from the checkpoints' folder on
+# both sides so the report names the model alike; exit 5 is "below the threshold"
+(cd "$repo/tests/goldens/checkpoints" && env $pin "$python" -W ignore -m kime.cli gate tiny \
+    --limit 5 --threads 1 --json > "$work/x86-gate.json") || [[ $? == 5 ]]
+"$python" -c 'import json, sys; json.dump({p: json.load(open(f"{sys.argv[1]}/x86-{p}.json"))
+    for p in ("fp32", "int8", "gate")}, open(f"{sys.argv[1]}/x86.json", "w"))' "$work"
 
 cat > "$work/compare.py" <<'EOF'
-"""Every key, string and bool equal, every number within 1e-4: an aarch64 answer against x86's."""
+"""Every key, string and bool equal, every number within 1e-4: an aarch64 answer against x86's
+(less the top-level keys named after the label)."""
 import json
 import sys
 
@@ -126,10 +157,12 @@ def diff(a, b, where="result"):
         yield f"{where}: {a!r} != {b!r}"
 
 arm, x86, label = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))[sys.argv[3]], sys.argv[4]
+for key in sys.argv[5:]:  # top-level keys that differ by machine (timings, device names)
+    arm.pop(key, None), x86.pop(key, None)
 problems = list(diff(arm, x86))
 if problems:
-    sys.exit(f"decide {label}: differs from x86:\n  " + "\n  ".join(problems))
-print(f"decide {label}: the x86 answers " + ("exactly" if arm == x86 else "within 1e-4"))
+    sys.exit(f"{label}: differs from x86:\n  " + "\n  ".join(problems))
+print(f"{label}: the x86 answers " + ("exactly" if arm == x86 else "within 1e-4"))
 EOF
 
 cat > "$work/inside.sh" <<'EOF'
@@ -158,13 +191,24 @@ model_item() {
     local cpu=$1 p sel
     export QEMU_CPU=$cpu
     kime doctor 2>&1 | grep -E 'platform|kernels' || { echo "FAILED: $cpu: doctor"; return 1; }
+    python "$work/outputs.py" "$work/src/tests/goldens/checkpoints/tiny" > "$work/arm-outputs-$cpu.txt" &&
+        cmp -s "$work/arm-outputs-$cpu.txt" "$work/x86-outputs.txt" ||
+        { echo "FAILED: $cpu: raw outputs differ from x86 AVX2's:"; cat "$work/arm-outputs-$cpu.txt" "$work/x86-outputs.txt"; return 1; }
+    echo "outputs $cpu: the x86 AVX2 bits (logits and act, FP32 and INT8)"
     for p in fp32 int8; do
         (cd "$work" && python -W ignore -m kime.cli decide --model "$work/src/tests/goldens/checkpoints/tiny" \
             --state "$state" --questions questions.json --precision "$p" --threads 1 --compact > "arm-$p-$cpu.json") ||
             { echo "FAILED: $cpu: decide $p"; return 1; }
-        python "$work/compare.py" "$work/arm-$p-$cpu.json" "$work/x86.json" "$p" "$cpu $p" ||
+        python "$work/compare.py" "$work/arm-$p-$cpu.json" "$work/x86.json" "$p" "decide $cpu $p" ||
             { echo "FAILED: $cpu: decide $p"; return 1; }
     done
+    if [[ " $KIME_ARM64_WIDE_CPUS " == *" $cpu "* ]]; then
+        (cd "$work/src/tests/goldens/checkpoints" && python -W ignore -m kime.cli gate tiny --limit 5 \
+            --threads 1 --json > "$work/arm-gate-$cpu.json") || [[ $? == 5 ]] ||
+            { echo "FAILED: $cpu: gate"; return 1; }
+        python "$work/compare.py" "$work/arm-gate-$cpu.json" "$work/x86.json" gate "gate $cpu" seconds devices ||
+            { echo "FAILED: $cpu: gate"; return 1; }
+    fi
     # pytest arguments from a variable, with their shell quoting
     if [[ " $KIME_ARM64_WIDE_CPUS " == *" $cpu "* ]]; then sel=$KIME_ARM64_KERNELS; else sel=$KIME_ARM64_PICKS; fi
     [[ -n "$sel" ]] || return 0

@@ -154,7 +154,7 @@ class Plan:
 class CpuBackend:
     """The compiled CPU forward pass in `precision` F32 (the default), INT8 or BF16 (INT8 or BF16
     GEMMs in the encoder and decision head; FP32 attention, norms, scorer and act head). BF16
-    needs AVX512_BF16 (`check_bf16`).
+    needs AVX512_BF16, or FEAT_BF16 on aarch64 (`check_bf16`).
 
     `use_cache=False` packs the weights in memory without reading or writing the on-disk cache.
     """

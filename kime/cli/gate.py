@@ -42,6 +42,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    "question type (default 0.995)")
     g.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     g.add_argument("--precision", default="int8", choices=["int8", "bf16"], help="the precision "
-                   "compared with FP32 (default int8; bf16 needs AVX512_BF16)")
+                   "compared with FP32 (default int8; bf16 needs AVX512_BF16, or FEAT_BF16 on "
+                   "aarch64)")
     g.add_argument("--json", action="store_true", help="print the report as JSON")
     g.set_defaults(run=_gate)
