@@ -42,22 +42,13 @@
 #endif
 #include "kernels.h"
 
-/* GCC contracts a * b + c into one FMA wherever the target has FMA (-ffp-contract=fast): on
- * aarch64 everywhere, since FMA is in its baseline. The x86-64 baseline has none, so the portable
- * code rounds every product there. NO_CONTRACT gives the plain-C code (and the NEON code, whose
- * vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h) those roundings on other targets
- * too: the x86 bits, and RoPE's reference bits. Clang contracts within one expression unless
- * the standard pragma says no. Nothing changes on x86. */
-#if defined(__clang__) && !defined(KIME_X86)
-#pragma STDC FP_CONTRACT OFF
-#endif
+#include "nocontract.h" /* KIME_NO_CONTRACT: the plain C and NEON code rounds as on x86 */
+
 #if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
-#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
 /* and without GCC's pre-allocation scheduling, which hoists all six A loads of a k-step ahead of
  * their FMAs and spills three of the 24 accumulators (as in qgemm's neon kernel) */
 #define NO_CONTRACT_NO_SCHED __attribute__((optimize("fp-contract=off", "no-schedule-insns")))
 #else
-#define NO_CONTRACT
 #define NO_CONTRACT_NO_SCHED
 #endif
 
@@ -88,7 +79,7 @@ typedef void (*softmax_fn)(float *s, int kn, int delta, int w, float *m, float *
 #define MADD(a, b, c) ((a) * (b) + (c))
 #define SAME(x) (x)
 
-NO_CONTRACT static inline float exp2_c(float x)
+KIME_NO_CONTRACT static inline float exp2_c(float x)
 {
     const float y = x > -125.0f ? x : -125.0f;
     const float n = (y + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
@@ -98,7 +89,7 @@ NO_CONTRACT static inline float exp2_c(float x)
 
 /* ---- portable C -------------------------------------------------------------------------- */
 
-NO_CONTRACT static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
+KIME_NO_CONTRACT static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
                                const float *b, int X, float *c, const float *alpha)
 {
     for (int r = 0; r < R; r++, c += QB) {
@@ -115,7 +106,7 @@ NO_CONTRACT static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R
 }
 
 /* Lanes innermost: unit-stride loops the compiler can vectorise where its FP rules allow. */
-NO_CONTRACT static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l,
+KIME_NO_CONTRACT static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l,
                                   float *alpha)
 {
     float mx[QB], use[QB], sum[QB] = {0};
@@ -324,7 +315,7 @@ softmax_256(float *s, int kn, int delta, int w, float *m, float *l, float *alpha
 
 #define FMA_NEON(a, b, c) vfmaq_f32((c), (a), (b))
 
-NO_CONTRACT static inline float32x4_t exp2_neon(float32x4_t x)
+KIME_NO_CONTRACT static inline float32x4_t exp2_neon(float32x4_t x)
 {
     const uint32x4_t ok = vcgeq_f32(x, vdupq_n_f32(-125.0f));
     x = vmaxq_f32(x, vdupq_n_f32(-125.0f)); /* a NaN lane differs from x86's max, but ok drops it */
@@ -390,7 +381,7 @@ NO_CONTRACT_NO_SCHED static void tile_neon(const float *a, ptrdiff_t ra, ptrdiff
 }
 
 /* softmax_256 on 4 vectors (16 lanes) at a time: the running maxima are 4 independent chains. */
-NO_CONTRACT static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
+KIME_NO_CONTRACT static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
                                      float *alpha)
 {
     const float32x4_t ninf = vdupq_n_f32(-INFINITY);
@@ -647,10 +638,11 @@ void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const floa
 }
 
 /* Rotate-half RoPE of one token's q and k heads by the table rows c, s. Plain C: it is
- * memory-bound and elementwise, and without FMA contraction (the x86-64 baseline; NO_CONTRACT
- * elsewhere) it gives the same bits as the reference's x * cos + rotate_half(x) * sin. On aarch64
+ * memory-bound and elementwise, and without FMA contraction (the x86-64 baseline;
+ * KIME_NO_CONTRACT elsewhere) it gives the same bits as the reference's x * cos + rotate_half(x) * sin. On aarch64
  * GCC vectorises the loop into NEON (fmul/fsub/fadd on 4 lanes), so it needs no intrinsics. */
-NO_CONTRACT static inline void rope_token(float *x, int H, int hd, const float *c, const float *s)
+KIME_NO_CONTRACT static inline void rope_token(float *x, int H, int hd, const float *c,
+                                               const float *s)
 {
     const int half = hd / 2;
     for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
@@ -662,8 +654,8 @@ NO_CONTRACT static inline void rope_token(float *x, int H, int hd, const float *
         }
 }
 
-/* NO_CONTRACT here too: rope_token is inlined into this function's OpenMP bodies. */
-NO_CONTRACT void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
+/* KIME_NO_CONTRACT here too: rope_token is inlined into this function's OpenMP bodies. */
+KIME_NO_CONTRACT void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
                            const float *cos_table, const float *sin_table, const int32_t *pos,
                            int nthreads)
 {

@@ -16,18 +16,7 @@
 #include <arm_neon.h>
 #endif
 
-/* GCC contracts a * b + c into one FMA wherever the target has FMA (aarch64's baseline; not the
- * x86-64 one): other bits than x86's. Off in the functions below that round a product and then
- * add, on every GCC target but x86 (where it changes nothing, and x86's code stays as it was);
- * clang contracts within one source expression unless the standard pragma says no. */
-#if defined(__clang__) && !defined(KIME_X86)
-#pragma STDC FP_CONTRACT OFF
-#endif
-#if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
-#define PLAIN_FP __attribute__((optimize("fp-contract=off")))
-#else
-#define PLAIN_FP
-#endif
+#include "nocontract.h" /* KIME_NO_CONTRACT: a product rounded, then added, as on x86 */
 
 #include "bgemm.h"
 #include "forward.h"
@@ -65,7 +54,7 @@ static inline float half_to_float(uint16_t bits) {
  * count and batch, without one long chain of dependent double adds (which made LayerNorm about
  * 8% of an INT8 forward pass). */
 #define NACC 8
-PLAIN_FP static inline void norm_row(const float *x, float *y, int d, const float *w,
+KIME_NO_CONTRACT static inline void norm_row(const float *x, float *y, int d, const float *w,
                                      const float *b, float eps) {
     double part_s[NACC] = {0}, part_q[NACC] = {0};
     int i = 0;
@@ -99,8 +88,9 @@ typedef void (*norm_fn)(const float *, float *, int, const float *, const float 
 /* norm_row in NEON, to the bit (as norm_row512 on AVX-512): the eight double partial sums are
  * the lanes of four float64x2 vectors (part_s[k] is vector k / 2, lane k % 2, taking x[i + k]),
  * and every other step is the same IEEE operation on the same values in the same order.
- * PLAIN_FP: vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h, which it would fuse. */
-PLAIN_FP static void norm_row_neon(const float *x, float *y, int d, const float *w,
+ * KIME_NO_CONTRACT: vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h, which it
+ * would fuse. */
+KIME_NO_CONTRACT static void norm_row_neon(const float *x, float *y, int d, const float *w,
                                    const float *b, float eps) {
     const float64x2_t zero = vdupq_n_f64(0.0);
     float64x2_t acc[4] = {zero, zero, zero, zero};
@@ -211,7 +201,7 @@ static norm_fn norm_for_isa(void) {
     return norm_row;
 }
 
-PLAIN_FP void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
+KIME_NO_CONTRACT void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
                               const float *b, float eps, int nthreads) {
     const norm_fn row = norm_for_isa();
 #ifdef _OPENMP
@@ -222,7 +212,7 @@ PLAIN_FP void kime_layer_norm(const float *x, float *y, int n, int d, const floa
 }
 
 /* Embedding gather, FP16 -> FP32, then the embedding LayerNorm. */
-PLAIN_FP static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
+KIME_NO_CONTRACT static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
                            float *tmp, int nthreads) {
     int d = m->d;
 #ifdef KIME_NEON
@@ -324,7 +314,7 @@ static void head_layer_last(const kime_model *m, const kime_arena *a, const kime
     linear(m, a, a->ffn, 4 * d, nq, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, xc, d, nthreads);
 }
 
-PLAIN_FP void kime_act_features(const float *logits, int k, float *out) {
+KIME_NO_CONTRACT void kime_act_features(const float *logits, int k, float *out) {
     float mx = k > 0 ? logits[0] : 0.f; /* a row without options reads no logit */
     for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
     float sum = 0.f, top1 = 0.f, top2 = 0.f, ent = 0.f;
@@ -428,8 +418,8 @@ int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, con
     return 0;
 }
 
-/* PLAIN_FP: the scorer's dot product rounds each product, as on x86 */
-PLAIN_FP int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
+/* KIME_NO_CONTRACT: the scorer's dot product rounds each product, as on x86 */
+KIME_NO_CONTRACT int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
                           const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
                           const int32_t *qtype, const int32_t *pos, const int32_t *opt,
                           float *logits, float *act, int nthreads) {
