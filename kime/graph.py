@@ -30,6 +30,8 @@ The forward pass, one row per question (a row sees exactly its own tokens; nothi
 from __future__ import annotations
 
 import enum
+import functools
+import math
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, Optional, Tuple, Union
 
@@ -377,22 +379,42 @@ def build(spec: EncoderSpec, head_layers: int, n_act: int, max_len: int) -> Grap
 
 
 def _rope_angles(n: int, head_dim: int, theta: float) -> np.ndarray:
-    """[n, head_dim / 2] position-times-frequency angles in FP32, as transformers computes them."""
+    """[n, head_dim / 2] position-times-frequency angles in FP32, as transformers computes them:
+    `inv_freq = 1 / theta ** (2i / head_dim)`, then one FP32 product per position.
+
+    The power is taken in float64 by `math.pow` and rounded once to FP32 (what a correctly
+    rounded `powf` gives), not by NumPy's `**`: NumPy dispatches its float32 and float64 power to
+    SVML on AVX-512 CPUs, whose last bits differ from the AVX2 and aarch64 paths', so the tables
+    (and every output after them) would depend on the machine rather than the kernels picked."""
     f32 = np.float32
-    inv_freq = f32(1.0) / (f32(theta) ** (np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)))
+    exponents = np.arange(0, head_dim, 2, dtype=f32) / f32(head_dim)
+    base = float(f32(theta))
+    powers = np.array([math.pow(base, float(e)) for e in exponents], dtype=np.float64)
+    inv_freq = f32(1.0) / powers.astype(f32)
     angles: np.ndarray = np.arange(n, dtype=f32)[:, None] * inv_freq[None, :]
     return angles
 
 
-def rope_tables(n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:
-    """cos and sin [n, head_dim] in FP32, computed as transformers computes them."""
-    angles = _rope_angles(n, head_dim, theta)
-    emb = np.concatenate([angles, angles], axis=-1)
-    return np.cos(emb), np.sin(emb)
-
-
+@functools.lru_cache(maxsize=8)
 def rope_half_tables(n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:
     """cos and sin [n, head_dim / 2] in FP32: the first half of `rope_tables`, which the second
-    half repeats, so a kernel reads this half for both (the same bits)."""
-    angles = _rope_angles(n, head_dim, theta)
-    return np.ascontiguousarray(np.cos(angles)), np.ascontiguousarray(np.sin(angles))
+    half repeats, so a kernel reads this half for both (the same bits).
+
+    Each value is libm's float64 `cos`/`sin` (`math`) of the FP32 angle, rounded once to FP32:
+    the same bits on every x86-64 and aarch64 CPU, where NumPy's float32 `cos`/`sin` are its own
+    SIMD code per dispatch target (SVML on AVX-512) and differ in the last bit. Cached per shape
+    (a model load asks for each table more than once) and read-only, as the cache shares them."""
+    angles = _rope_angles(n, head_dim, theta).ravel().tolist()
+    shape = (n, head_dim // 2)
+    cos = np.fromiter(map(math.cos, angles), np.float64, len(angles)).astype(np.float32)
+    sin = np.fromiter(map(math.sin, angles), np.float64, len(angles)).astype(np.float32)
+    cos, sin = cos.reshape(shape), sin.reshape(shape)
+    cos.flags.writeable = sin.flags.writeable = False
+    return cos, sin
+
+
+def rope_tables(n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, np.ndarray]:
+    """cos and sin [n, head_dim] in FP32, computed as transformers computes them (the two
+    halves repeat `rope_half_tables`)."""
+    cos, sin = rope_half_tables(n, head_dim, theta)
+    return np.concatenate([cos, cos], axis=-1), np.concatenate([sin, sin], axis=-1)

@@ -30,7 +30,7 @@ from ..checkpoint import Checkpoint
 from ..errors import warn_caller
 from ..graph import Block, Graph, Linear, Norm, rope_half_tables
 
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 MAGIC = b"KIMEPACK"
 ALIGN = 64
 HEADER_ROOM = 1 << 16
