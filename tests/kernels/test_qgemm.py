@@ -301,13 +301,32 @@ def test_impl_choice(monkeypatch: pytest.MonkeyPatch) -> None:
         assert chosen("neon") == ["portable"] + ["neon"] * (len(default) - 1)
         assert chosen("sdot") == [min(b, "sdot", key=best.index) for b in default]
         return
+    # AVX-VNNI is above the avx2 level: a level below the CPU's own runs avx2's INT8 kernels
+    assert default[1:2] == (["avx2"] if len(default) > 2 else default[1:2])
     assert all(name in ("avx2", "avxvnni") for name in default[1:2])
-    assert all(name in ("avx2", "avxvnni", "vnni512") for name in default[2:])
+    assert all(name in ("avx2", "vnni512") for name in default[2:])
     assert chosen("bogus") == default and chosen("vnni512") == default
     assert set(chosen("portable")) == {"portable"}
     assert chosen("avx2") == ["portable"] + ["avx2"] * (len(default) - 1)
     for name in chosen("avxvnni")[1:]:
         assert name in ("avx2", "avxvnni", "avxvnni-evex")
+
+
+@pytest.mark.parametrize("level", ["portable", "avx2", "avx512", "neon", "dotprod", "i8mm",
+                                   "bf16"])
+def test_isa_cap_runs_the_levels_own_int8_kernels(level: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """KIME_ISA=LEVEL runs that level's INT8 kernels on every CPU that has the level, whatever
+    else the CPU has: avx2's on Zen 3, on Zen 5 and on an Alder Lake with AVX-VNNI alike."""
+    own = {"portable": {"portable"}, "avx2": {"avx2"}, "avx512": {"vnni512", "avx2"},
+           "neon": {"neon"}, "dotprod": {"sdot"}, "i8mm": {"smmla"},
+           "bf16": {"smmla"}}[level]
+    monkeypatch.delenv("KIME_QGEMM", raising=False)
+    monkeypatch.setenv("KIME_ISA", level)
+    if _qgemm.isa_name(_qgemm.isa_detect()) != level:
+        pytest.skip("this CPU (%s) has no %s level" % (_qgemm.isa_name(_qgemm.isa_detect()),
+                                                       level))
+    assert _qgemm.impl_name() in own
 
 
 def test_pack_belongs_to_its_impl(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,15 +82,23 @@ static int cpu_best(void)
     return best;
 }
 
+/* The level KIME_ISA names, or -1 when it is unset or names none of this architecture's. */
+static int isa_env(void)
+{
+    const char *cap = getenv("KIME_ISA");
+    for (int isa = 0; cap && isa < NLEVELS; isa++)
+        if (strcmp(cap, NAMES[isa]) == 0)
+            return isa;
+    return -1;
+}
+
 int kime_isa_detect(void)
 {
-    int best = cpu_best();
-    const char *cap = getenv("KIME_ISA");
-    for (int isa = 0; cap && isa < best; isa++)
-        if (strcmp(cap, NAMES[isa]) == 0)
-            best = isa;
-    return best;
+    const int best = cpu_best(), cap = isa_env();
+    return cap >= 0 && cap < best ? cap : best;
 }
+
+int kime_isa_uncapped(int isa) { return isa == cpu_best() && isa_env() < 0; }
 
 const char *kime_isa_name(int isa)
 {

@@ -41,6 +41,10 @@ enum kime_isa {
  * environment variable ("portable", "avx2", "avx512"; on aarch64 "portable", "neon", "dotprod",
  * "i8mm", "bf16") so tests can force each path. */
 int kime_isa_detect(void);
+/* 1 when `isa` is this CPU's own best level and KIME_ISA names no level: only then may a kernel
+ * use an extension above the level's own set (x86's AVX-VNNI beside avx2), so that a named level
+ * runs that level's kernels, the same ones on every CPU. */
+int kime_isa_uncapped(int isa);
 /* The level's name on this architecture; "unknown" past its highest level. */
 const char *kime_isa_name(int isa);
 /* The aarch64 features this CPU has (getauxval, cached; KIME_ISA does not cap them), as

@@ -530,7 +530,12 @@ int kime_qgemm_impl(int isa)
     const int cpu = qcpu_features();
     if (cap >= UPTO_VNNI512 && isa == KIME_ISA_AVX512 && (cpu & QCPU_VNNI512))
         return KIME_QGEMM_VNNI512;
-    if (cap >= UPTO_AVXVNNI && isa >= KIME_ISA_AVX2 && (cpu & QCPU_AVXVNNI))
+    /* AVX-VNNI is above the avx2 level, not in it: KIME_ISA=avx2 (or a level passed below the
+     * CPU's) runs the AVX2 kernels on Zen 3, Zen 5 and Alder Lake alike, unless KIME_QGEMM
+     * names avxvnni. An avx512 level keeps vnni512 where the CPU has it: there is no AVX-512
+     * INT8 kernel without VNNI (Skylake-X runs the AVX2 one). */
+    const int vex_ok = kime_isa_uncapped(isa) || cap == UPTO_AVXVNNI;
+    if (cap >= UPTO_AVXVNNI && isa >= KIME_ISA_AVX2 && (cpu & QCPU_AVXVNNI) && vex_ok)
         return KIME_QGEMM_AVXVNNI;
     /* Only asking for avxvnni by name runs the twin: by default its EVEX instructions would slip
      * past a KIME_ISA=avx2 cap, and where it runs, vnni512 is the faster choice anyway. */
