@@ -17,11 +17,13 @@
 # the same kernels as cortex-a57 while no kernel uses SVE, so it is not in the default list):
 #   - `kime doctor`'s kernel lines (which aarch64 set it picked);
 #   - the x86 side, computed first on this host with PYTHON (default .venv/bin/python, which must
-#     import kime) under KIME_ISA=avx2 where the CPU has AVX2: the NEON kernels do what the AVX2
-#     ones do, so those are the outputs to match (an AVX-512 host's attention differs from them
-#     in the last bits);
-#   - the forward pass's raw outputs (logits and act, FP32 and INT8, three requests) against the
-#     x86 ones, to the bit;
+#     import kime) under KIME_ISA=avx2 where the CPU has AVX2: tests/output_bits.py's lines (the
+#     RoPE tables, and the forward pass's raw outputs, logits and act, FP32 and INT8, on three
+#     requests), which must be the same under every x86 SIMD level this host has (AVX2, AVX-512)
+#     and every INT8 kernel set it runs, as tests/core/test_output_bits.py checks;
+#   - those lines under each model against the x86 ones, to the bit: NEON FP32 does what AVX2 and
+#     AVX-512 do, and every aarch64 INT8 set (neon, sdot, smmla) shares the x86 SIMD sets'
+#     arithmetic (one quantization, exact INT32 sums, one dequantization);
 #   - `kime decide` on tests/goldens/checkpoints/tiny, FP32 and INT8, and under the widest models
 #     `kime gate` (INT8 against FP32 on 5 of its built-in requests): every key and string equal,
 #     every number within 1e-4 of x86's, and the script says when they are identical. (Their
@@ -86,38 +88,22 @@ cat > "$work/questions.json" <<'EOF'
  "refund":  {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
 EOF
 
-cat > "$work/outputs.py" <<'EOF'
-"""A hash of the forward pass's raw outputs (logits, act) on three requests, FP32 and INT8."""
-import hashlib
-import sys
-import warnings
-
-import kime
-
-STATE = "I was charged twice for my subscription this month, please refund one of them. "
-QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team?",
-             "criteria": {"billing": "payments", "tech": "bugs"}},
-    "urgency": {"type": "score", "instructions": "How urgent?", "criteria": ["low", "normal", "high"]},
-    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"}}
-for precision in ("f32", "int8"):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        engine = kime.Kime(sys.argv[1], device="cpu", precision=precision, threads=1)
-    digest = hashlib.sha256()
-    for n in (1, 3, 9):  # one bucket each
-        response = engine.decide({"state": STATE * n, "questions": QUESTIONS}, cache=False)
-        for q in QUESTIONS:
-            digest.update(response[q].logits.tobytes())
-            digest.update(response[q].act.tobytes())
-    print(precision, digest.hexdigest())
-EOF
-
 python=${PYTHON:-$repo/.venv/bin/python}
 pin=""
 grep -qw avx2 /proc/cpuinfo && pin=KIME_ISA=avx2
 echo "== the x86 side, from $python ${pin:-(no AVX2 here: the kernels this CPU picks)}"
-env $pin "$python" "$work/outputs.py" "$repo/tests/goldens/checkpoints/tiny" > "$work/x86-outputs.txt"
+bits="$work/src/tests/output_bits.py"
+env $pin "$python" "$bits" "$repo/tests/goldens/checkpoints/tiny" > "$work/x86-outputs.txt"
+# every other x86 SIMD level and INT8 set here gives those bits, or the comparison means nothing
+for other in KIME_ISA=avx512 KIME_QGEMM=avxvnni KIME_QGEMM=vnni512; do
+    env "$other" "$python" "$bits" "$repo/tests/goldens/checkpoints/tiny" > "$work/x86-other.txt"
+    cmp -s "$work/x86-other.txt" "$work/x86-outputs.txt" || {
+        echo "test_wheel_arm64: x86 $other differs from x86 ${pin:-at the default level}:" >&2
+        cat "$work/x86-other.txt" "$work/x86-outputs.txt" >&2
+        exit 1
+    }
+done
+cat "$work/x86-outputs.txt"
 for p in fp32 int8; do
     (cd "$work" && env $pin "$python" -W ignore -m kime.cli decide --model "$repo/tests/goldens/checkpoints/tiny" \
         --state "$state" --questions questions.json --precision "$p" --threads 1 --compact \
@@ -189,10 +175,10 @@ model_item() {
     local cpu=$1 p sel
     export QEMU_CPU=$cpu
     kime doctor 2>&1 | grep -E 'platform|kernels' || { echo "FAILED: $cpu: doctor"; return 1; }
-    python "$work/outputs.py" "$work/src/tests/goldens/checkpoints/tiny" > "$work/arm-outputs-$cpu.txt" &&
+    python "$work/src/tests/output_bits.py" "$work/src/tests/goldens/checkpoints/tiny" > "$work/arm-outputs-$cpu.txt" &&
         cmp -s "$work/arm-outputs-$cpu.txt" "$work/x86-outputs.txt" ||
-        { echo "FAILED: $cpu: raw outputs differ from x86 AVX2's:"; cat "$work/arm-outputs-$cpu.txt" "$work/x86-outputs.txt"; return 1; }
-    echo "outputs $cpu: the x86 AVX2 bits (logits and act, FP32 and INT8)"
+        { echo "FAILED: $cpu: raw outputs differ from x86's:"; cat "$work/arm-outputs-$cpu.txt" "$work/x86-outputs.txt"; return 1; }
+    echo "outputs $cpu: the x86 bits (RoPE tables; logits and act, FP32 and INT8)"
     for p in fp32 int8; do
         (cd "$work" && python -W ignore -m kime.cli decide --model "$work/src/tests/goldens/checkpoints/tiny" \
             --state "$state" --questions questions.json --precision "$p" --threads 1 --compact > "arm-$p-$cpu.json") ||

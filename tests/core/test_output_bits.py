@@ -1,0 +1,102 @@
+"""The forward pass's bits belong to the kernels picked, not to the machine (issue 33).
+
+tests/output_bits.py prints one hash per family (the RoPE tables, FP32 logits and act, INT8
+logits and act) on the tiny checkpoint. What must hold, on any CPU:
+- every SIMD level gives the same lines (x86 AVX2 and AVX-512 FP32; every INT8 kernel set);
+- NumPy's own SIMD dispatch changes nothing: NumPy only prepares tables and weights, and once
+  computed the RoPE tables with float32 `**`, `cos` and `sin`, which NumPy sends to SVML on
+  AVX-512 CPUs, so those CPUs gave other bits than AVX2-only ones at the same KIME_ISA;
+- an emulated AVX2-only CPU (qemu-user's Zen 3, EPYC-Milan) gives the native KIME_ISA=avx2
+  lines, and an emulated CPU without AVX (Westmere) the native KIME_ISA=portable ones: cpuid
+  itself differs there, so this covers every pick made from the CPU rather than the level.
+
+The ARM64 job compares the same lines between x86 and aarch64 (tools/test_wheel_arm64.sh).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from typing import Dict, Mapping, Sequence
+
+import pytest
+
+from ..paths import TESTS, TINY
+from ..toolchain import working
+
+SCRIPT = TESTS / "output_bits.py"
+X86 = platform.machine() in ("x86_64", "AMD64")
+QEMU = (working("qemu-x86_64-static") or working("qemu-x86_64")) if X86 else None
+# variables that pick kernels or NumPy paths; each run sets its own
+PICKS = ("KIME_ISA", "KIME_QGEMM", "NPY_DISABLE_CPU_FEATURES", "KIME_CACHE", "QEMU_CPU")
+
+
+def bits(env: Mapping[str, str], prefix: Sequence[str] = ()) -> Dict[str, str]:
+    """tests/output_bits.py's lines as {family: hash}, run under `env` (and `prefix`, qemu)."""
+    full = {k: v for k, v in os.environ.items() if k not in PICKS}
+    full.update(env)
+    done = subprocess.run([*prefix, sys.executable, str(SCRIPT), str(TINY)], env=full,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(line.split() for line in done.stdout.splitlines())
+
+
+def simd_levels() -> list[str]:
+    """The names of the SIMD levels this CPU runs (every level above portable up to its best)."""
+    from kime._cpu import _forward
+
+    best = _forward.isa_detect() if "KIME_ISA" not in os.environ else None
+    if best is None:  # the caller's own cap: ask for the CPU's levels without it
+        saved = os.environ.pop("KIME_ISA")
+        try:
+            best = _forward.isa_detect()
+        finally:
+            os.environ["KIME_ISA"] = saved
+    return [_forward.isa_name(level) for level in range(1, best + 1)]
+
+
+def numpy_dispatch() -> list[str]:
+    """NumPy's dispatch targets this CPU runs, past its build's baseline."""
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:  # NumPy 1.x
+        from numpy.core import _multiarray_umath as umath  # type: ignore[no-redef]
+    return [t for t in umath.__cpu_dispatch__ if umath.__cpu_features__.get(t)]
+
+
+def test_every_simd_level_and_int8_set_gives_the_same_bits() -> None:
+    levels = simd_levels()
+    if not levels:
+        pytest.skip("this CPU runs the portable level only")
+    runs = {"KIME_ISA=" + level: bits({"KIME_ISA": level}) for level in levels}
+    runs.update({"KIME_QGEMM=" + impl: bits({"KIME_QGEMM": impl})
+                 for impl in (("neon", "sdot") if not X86 else ("avx2", "avxvnni"))})
+    first = next(iter(runs.values()))
+    assert all(got == first for got in runs.values()), runs
+
+
+def test_numpy_dispatch_changes_no_bit() -> None:
+    targets = numpy_dispatch()
+    if not targets:
+        pytest.skip("NumPy dispatches nothing past its baseline on this CPU")
+    default = bits({})
+    without = bits({"NPY_DISABLE_CPU_FEATURES": " ".join(targets)})
+    assert without == default, "with NumPy's %s off" % targets
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(QEMU is None, reason="needs an x86-64 host with qemu-x86_64(-static)")
+def test_an_emulated_cpu_gives_the_native_bits_of_its_level() -> None:
+    """qemu-user's TCG runs AVX2 and FMA but no AVX-512, so EPYC-Milan is a Zen 3 as far as
+    cpuid, libgcc, glibc's ifuncs and NumPy can tell (12-15 s each here, run side by side)."""
+    assert QEMU
+    if "avx2" not in simd_levels():
+        pytest.skip("this CPU has no AVX2 level to compare the emulated one with")
+    cases = {"EPYC-Milan-v1": "avx2", "Westmere": "portable"}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        emulated = {cpu: pool.submit(bits, {}, [QEMU, "-cpu", cpu]) for cpu in cases}
+        native = {cpu: bits({"KIME_ISA": level}) for cpu, level in cases.items()}
+        for cpu, level in cases.items():
+            assert emulated[cpu].result() == native[cpu], (cpu, level)
