@@ -169,31 +169,36 @@ class Kime:
         the text's tokens of the encoder's last hidden state (after its final norm), as Laya's
         `embed_fn_from_agent` computes it. The decision head does not run.
 
-        A text is tokenized as Laya's embedder does: None is "", anything else `str()`; [CLS]
-        and [SEP] around it, the text cut so the row holds at most `max_length` tokens (a
-        `max_length` below 2 cuts nothing, as transformers does). Rows run unpadded, in shared
-        batches with every other caller's, so a row's vector does not depend on what else is
-        in its batch. `cache` keeps vectors in the answer cache, as `decide` does rows."""
+        A text is tokenized as Laya's embedder does: None is "", anything else `str()`, framed
+        by the special tokens the checkpoint tokenizer's post-processor adds (whichever they
+        are, or none) and cut as transformers cuts (`Tokenizer.encode_framed`). A row with no
+        token at all (an empty text, on a tokenizer that adds none) is the zero vector, Laya's
+        mean over nothing, and runs no forward pass. Rows run unpadded, in shared batches with
+        every other caller's, so a row's vector does not depend on what else is in its batch.
+        `cache` keeps vectors in the answer cache, as `decide` does rows."""
         length = _check_max_length(max_length)
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence):
             raise InvalidArgument([problem(["texts"], "texts must be a list of strings, got %s"
                                            % type(texts).__name__, "type_error.list", texts)])
         strings = ["" if t is None else str(t) for t in texts]
+        vectors = np.zeros((len(strings), self.checkpoint.graph.hidden), dtype=np.float32)
         if not strings:
-            return np.zeros((0, self.checkpoint.graph.hidden), dtype=np.float32)
-        tok = self.layouter.tok
-        keep = length - 2 if length >= 2 else None
-        rows = [Row(ids=[tok.cls_id] + ids[:keep] + [tok.sep_id], markers=[], state_tokens=0,
-                     state_tokens_used=0) for ids in tok.encode_many(strings)]
+            return vectors
+        ids = self.layouter.tok.encode_framed(strings, length)
         limit = self.checkpoint.graph.max_positions
-        long = [i for i, r in enumerate(rows) if len(r.ids) > limit]
+        long = [i for i, row in enumerate(ids) if len(row) > limit]
         if long:
             raise InvalidArgument([problem(["texts", i], "text %d is %d tokens, more than the "
                                            "model's %d positions; lower max_length"
-                                           % (i, len(rows[i].ids), limit), "value_error.length",
+                                           % (i, len(ids[i]), limit), "value_error.length",
                                            strings[i]) for i in long[:8]])
-        outputs = self.scheduler.submit(rows, [EMBED] * len(rows), cache).result()[0]
-        return np.stack([out.act for out in outputs])
+        run = [i for i, row in enumerate(ids) if row]
+        if run:
+            rows = [Row(ids=ids[i], markers=[], state_tokens=0, state_tokens_used=0) for i in run]
+            outputs = self.scheduler.submit(rows, [EMBED] * len(rows), cache).result()[0]
+            for i, out in zip(run, outputs):
+                vectors[i] = out.act
+        return vectors
 
     def run_rows(self, rows: Sequence[Row], qtypes: Sequence[int],
                  cache: bool = True) -> List[RowOutput]:

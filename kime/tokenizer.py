@@ -1,9 +1,11 @@
 """A checkpoint's `tokenizer/` directory -> token ids, through the `tokenizers` library directly.
 
-Laya tokenizes with transformers' fast tokenizer over the same `tokenizer.json`, always with
-`add_special_tokens=False`: the special tokens are placed by the layout, not the tokenizer. Any
-truncation or padding saved in `tokenizer.json` is switched off, as transformers does for a call
-that asks for none.
+Laya tokenizes with transformers' fast tokenizer over the same `tokenizer.json`. Its decision rows
+encode with `add_special_tokens=False`: the special tokens are placed by the layout, not the
+tokenizer. Its embedder (`embed_fn_from_agent`) is the one caller that lets the tokenizer frame a
+text: the special tokens `tokenizer.json`'s post-processor adds, whichever they are, and
+transformers' truncation (`encode_framed`). Any truncation or padding saved in `tokenizer.json`
+is switched off, as transformers does for a call that asks for none.
 """
 from __future__ import annotations
 
@@ -80,6 +82,8 @@ class Tokenizer:
         self.pad_id: int = ids["pad_token"]
         self.mask_id: int = ids["mask_token"]
         self.vocab_size: int = self._tok.get_vocab_size(with_added_tokens=True)
+        self.frame_tokens: int = self._tok.num_special_tokens_to_add(False)
+        """How many special tokens the post-processor adds around one text (0: none)."""
 
     def encode(self, text: str) -> List[int]:
         """Token ids of `text` with no special tokens added."""
@@ -91,8 +95,31 @@ class Tokenizer:
         here re-tokenizes as it does in Laya's `predict_long`."""
         return self._tok.decode(list(ids), skip_special_tokens=False)
 
+    def encode_framed(self, texts: Sequence[str], max_length: int) -> List[List[int]]:
+        """Each text's ids as transformers' `tok(texts, truncation=True, max_length=max_length)`
+        gives them (Laya's embedder): framed by the special tokens the post-processor adds
+        (`add_special_tokens=True`), the text's own tokens cut from the right so the row,
+        specials included, holds at most `max_length`. A `max_length` below `frame_tokens`
+        cuts nothing, as there: the `tokenizers` library's own truncation (which transformers
+        sets) does the same, on any template (tokenizers 0.23.3, transformers 5.24; the
+        embedding goldens hold `max_length` 1, 2 and 3).
+
+        The cut is made here, before the frame, rather than by the tokenizer's own truncation,
+        which is state on the shared tokenizer that every other call would then see."""
+        keep = max_length - self.frame_tokens
+        rows = []
+        for encoding in self._encode_batch(texts):
+            if 0 <= keep < len(encoding.ids):
+                encoding.truncate(keep)
+            rows.append(self._tok.post_process(encoding, None, True).ids)
+        return rows
+
     def encode_many(self, texts: Sequence[str]) -> List[List[int]]:
-        """`encode` over several texts in one call into the Rust side.
+        """`encode` over several texts in one call into the Rust side."""
+        return [e.ids for e in self._encode_batch(texts)]
+
+    def _encode_batch(self, texts: Sequence[str]) -> List[Any]:
+        """The `tokenizers` encodings of `texts`, no special tokens added.
 
         Always at least two texts go in (an empty one pads a single text): the library then
         runs them on its own fixed pool of threads instead of the caller's. Every thread that
@@ -102,5 +129,4 @@ class Tokenizer:
         batch = list(texts)
         if len(batch) == 1:
             batch.append("")
-        encoded = self._tok.encode_batch(batch, add_special_tokens=False)
-        return [e.ids for e in encoded[:len(texts)]]
+        return self._tok.encode_batch(batch, add_special_tokens=False)[:len(texts)]

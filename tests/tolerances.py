@@ -49,6 +49,9 @@ class Fp32Table:
     logits: Tol = Tol(0.0, 1e-4, "raw option logits of one FP32 forward pass against another "
                       "(torch, the NumPy oracle, the compiled CPU kernels, CUDA with TF32 off): "
                       "the same float32 sums in another order, through every layer")
+    embeddings: Tol = Tol(0.0, 1e-4, "pooled encoder vectors of one FP32 forward pass against "
+                          "torch's (issue 37's bound): the same float32 sums in another order; "
+                          "atol scales with the case's largest |value|")
     probs: Tol = Tol(0.0, 1e-5, "probabilities (act head, options; unrounded) of one FP32 "
                      "forward pass against another: a softmax in [0, 1] shrinks the logits' error")
     batch_logits: Tol = Tol(0.0, 1e-6, "a row alone against the same row in a batch on the "

@@ -116,7 +116,7 @@ def embed_fn_from_agent(agent: Any, max_length: int = 512,
     texts -> float32 [len(texts), hidden], each the mean-pooled last hidden state of the encoder,
     padding excluded, as Laya's. It does not run the decision head and loads nothing.
 
-    `max_length` bounds a text's tokens, [CLS] and [SEP] included; `batch_size` is checked as
+    `max_length` bounds a text's tokens, its specials included; `batch_size` is checked as
     Laya checks it, but kime's rows run unpadded in shared batches whatever their chunk, so it
     changes neither the vectors nor how they are batched."""
     length = _check_positive("max_length", max_length)

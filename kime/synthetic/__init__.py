@@ -24,9 +24,10 @@ from pathlib import Path
 from typing import Dict, Union
 
 from .shapes import FULL, SHAPES, SLIDING, Shape, graph_of, random_weights
-from .vocab import special_ids, write_json, write_tokenizer
+from .vocab import TOKENIZER_TEMPLATES, special_ids, write_json, write_tokenizer
 
-__all__ = ["OPTION_LAYOUTS", "SHAPES", "Shape", "graph_of", "write_checkpoint"]
+__all__ = ["OPTION_LAYOUTS", "SHAPES", "Shape", "TOKENIZER_TEMPLATES", "graph_of",
+           "write_checkpoint"]
 
 OPTION_LAYOUTS = ("sequential", "parallel")
 """Laya's option layouts (`laya.common.OPTION_LAYOUTS`): where a row's option slots sit."""
@@ -106,7 +107,8 @@ def _usable_temperature(value: object) -> bool:
 
 
 def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
-                     odd_temperatures: bool = False, option_layout: str = "sequential") -> Path:
+                     odd_temperatures: bool = False, option_layout: str = "sequential",
+                     tokenizer_template: str = "default") -> Path:
     """Write a random-weight Laya checkpoint of a named shape to `path` and return the path.
 
     The directory loads unchanged in Laya 0.4.15 (`laya.Agent(path)`), so tests can compare kime
@@ -120,6 +122,12 @@ def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
     `option_layout="parallel"` writes `"option_layout": "parallel"` into `rl_agent_config.json`,
     as `laya.train` does for a checkpoint trained on Laya's parallel option layout (the same
     weights read as another model there); the default writes no key, Laya's sequential layout.
+
+    `tokenizer_template` picks what the tokenizer's post-processor adds around a text, which is
+    what Laya's embedder (`embed_fn_from_agent`) runs on: the shape's own (`default`), nothing
+    (`bare`) or `<bos> $A <eos>` with tokens of their own (`bos-eos`); see
+    `TOKENIZER_TEMPLATES`. Only `tokenizer/` changes with it, and decisions do not (Laya lays
+    their rows out itself).
     """
     if shape not in SHAPES:
         raise ValueError("unknown checkpoint shape %r; use one of %s" % (shape, sorted(SHAPES)))
@@ -130,7 +138,7 @@ def write_checkpoint(path: Union[str, Path], shape: str = "tiny", seed: int = 0,
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
 
-    n_tokens = write_tokenizer(spec, root / "tokenizer")
+    n_tokens = write_tokenizer(spec, root / "tokenizer", tokenizer_template)
     if n_tokens > spec.vocab_size:
         raise ValueError("shape %r: the tokenizer has %d tokens but the embedding only %d rows"
                          % (shape, n_tokens, spec.vocab_size))

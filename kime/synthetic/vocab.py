@@ -1,7 +1,12 @@
 """The synthetic checkpoints' tokenizers: a BPE trained with the `tokenizers` library on the
 built-in corpus (`kime._corpus`), byte-level with `[MASK]`-style specials as ModernBERT has, or
 Metaspace with byte fallback and `<mask>`-style specials as mmBERT/Gemma have, written with the
-transformers configs a loader reads beside it."""
+transformers configs a loader reads beside it.
+
+A tokenizer's post-processor (what `encode(..., add_special_tokens=True)` puts around a text, which
+is what Laya's embedder runs the encoder on) is the shape's own by default, or one of
+`TOKENIZER_TEMPLATES`'s others, so the embedding rows can be tested on templates other than
+ModernBERT's without a download."""
 from __future__ import annotations
 
 import json
@@ -16,6 +21,14 @@ if TYPE_CHECKING:
 
 _ENGLISH_SPECIALS = ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]
 _GEMMA_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]
+
+TOKENIZER_TEMPLATES = ("default", "bare", "bos-eos")
+"""What a synthetic tokenizer's post-processor adds around one text: `default` the shape's own
+(`[CLS] $A [SEP]` as ModernBERT's, or `<bos> $A <eos>` where `<bos>` and `<eos>` are the layout's
+cls and sep, as mmBERT's), `bare` nothing (`$A`), `bos-eos` `<bos> $A <eos>` with two tokens of
+their own, appended to the vocabulary after training, that the decision layout never uses
+(byte-level shapes only: a metaspace shape's own template is that already)."""
+_OWN_TEMPLATE_TOKENS = ("<bos>", "<eos>")
 
 
 def special_ids(shape: Shape) -> Dict[str, int]:
@@ -95,16 +108,47 @@ def _added_token(content: str, lstrip: bool = False) -> Dict[str, object]:
             "single_word": False, "special": True}
 
 
-def write_tokenizer(shape: Shape, out: Path) -> int:
+def _set_template(tok: "Tokenizer", template: str) -> Dict[str, int]:
+    """Replace the trained tokenizer's post-processor by `template`'s (not `default`); the ids of
+    the tokens added for it."""
+    from tokenizers import AddedToken, processors
+
+    if template == "bare":
+        tok.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B",
+                                                           special_tokens=[])
+        return {}
+    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                            for t in _OWN_TEMPLATE_TOKENS])
+    ids: Dict[str, int] = {}
+    for text in _OWN_TEMPLATE_TOKENS:
+        token_id = tok.token_to_id(text)
+        assert token_id is not None, text  # just added
+        ids[text] = token_id
+    tok.post_processor = processors.TemplateProcessing(
+        single="<bos> $A <eos>", pair="<bos> $A <eos> $B <eos>",
+        special_tokens=list(ids.items()))
+    return ids
+
+
+def write_tokenizer(shape: Shape, out: Path, template: str = "default") -> int:
     """Write tokenizer.json and its transformers configs; returns the tokenizer vocabulary size.
 
     The English shapes name their specials in both configs and write the mask as a
     `{"content": ...}` object, the way ModernBERT ships it; the multilingual shape names them in
     `special_tokens_map.json` only, so a loader must read both files to find the mask.
     `tokenizer_class` is set so Laya's `_fix_tokenizer_config` leaves the files untouched.
+    `template` names the post-processor (`TOKENIZER_TEMPLATES`); `bos-eos` also names its two
+    tokens as the bos and eos tokens in both configs.
     """
+    if template not in TOKENIZER_TEMPLATES:
+        raise ValueError("tokenizer template must be one of %s, got %r"
+                         % (", ".join(TOKENIZER_TEMPLATES), template))
+    if template == "bos-eos" and shape.tokenizer != "byte-level":
+        raise ValueError("the bos-eos template is for byte-level shapes: a %s shape's own "
+                         "template is <bos> $A <eos> already" % shape.tokenizer)
     out.mkdir(parents=True, exist_ok=True)
     tok = _train_tokenizer(shape)
+    added = _set_template(tok, template) if template != "default" else {}
     tok.save(str(out / "tokenizer.json"), pretty=True)
     base = {
         "clean_up_tokenization_spaces": False,
@@ -116,11 +160,11 @@ def write_tokenizer(shape: Shape, out: Path) -> int:
         config = dict(base)
         # transformers reads an object-valued special token in tokenizer_config.json only with
         # the legacy "__type" tag (without it: TypeError); special_tokens_map.json takes it bare.
+        decoder = {str(i): _added_token(t, lstrip=(t == "[MASK]"))
+                   for i, t in enumerate(_ENGLISH_SPECIALS)}
+        decoder.update({str(i): _added_token(t) for t, i in added.items()})
         config.update({
-            "added_tokens_decoder": {
-                str(i): _added_token(t, lstrip=(t == "[MASK]"))
-                for i, t in enumerate(_ENGLISH_SPECIALS)
-            },
+            "added_tokens_decoder": decoder,
             "cls_token": "[CLS]",
             "mask_token": dict({"__type": "AddedToken"}, **mask),
             "pad_token": "[PAD]",
@@ -138,6 +182,8 @@ def write_tokenizer(shape: Shape, out: Path) -> int:
             "mask_token": "<mask>", "pad_token": "<pad>", "sep_token": "<eos>",
             "unk_token": "<unk>",
         }
+    for role, text in zip(("bos_token", "eos_token"), added):
+        config[role] = special_map[role] = text
     write_json(out / "tokenizer_config.json", dict(sorted(config.items())))
     write_json(out / "special_tokens_map.json", special_map)
     return tok.get_vocab_size()

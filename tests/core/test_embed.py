@@ -1,7 +1,8 @@
 """`Kime.embed`: the encoder alone, each row's mean-pooled last hidden state, through the same
 scheduler, executor and plans as decisions.
 
-Against the NumPy reference forward pass (FP32, row by row) on the committed checkpoints; a row's
+Against the NumPy reference forward pass (FP32, row by row) on the committed checkpoints and on
+tokenizers of other special-token templates (their rows as the template frames them); a row's
 vector is the same bits alone, in any batch, beside concurrent decisions and at any thread count;
 decision rows that share a run with embedding rows keep their bits; the answer cache, the
 reference backend, and the refusals.
@@ -19,6 +20,7 @@ from kime.engine import Kime
 from kime.errors import BadOption, InvalidArgument
 from kime.executor import EMBED
 from kime.layout import Row
+from kime.testing import write_checkpoint
 
 from ..paths import MULTILINGUAL_TINY, TINY
 from ..tolerances import Tol
@@ -43,8 +45,7 @@ def engine(request):
 
 
 def _rows(engine: Kime, texts: List[str], max_length: int) -> List[List[int]]:
-    tok = engine.layouter.tok
-    return [[tok.cls_id] + tok.encode(t)[:max_length - 2] + [tok.sep_id] for t in texts]
+    return engine.layouter.tok.encode_framed(texts, max_length)
 
 
 def test_matches_the_numpy_reference(engine):
@@ -148,11 +149,43 @@ def test_truncation_and_empty_input(engine):
     assert np.array_equal(cut[0], cut[1])  # both rows are the same first 6 tokens
     assert not np.array_equal(engine.embed([long], max_length=9)[0], cut[0])
     # None is "", and a max_length below the two special tokens cuts nothing, as transformers
+    # (tests/laya/test_embed_templates.py holds transformers' own rows)
     none = engine.embed([None, "", "refund"], max_length=1)
     assert np.array_equal(none[0], none[1])
     assert np.array_equal(none[2], engine.embed(["refund"])[0])
     empty = engine.embed([])
     assert empty.shape == (0, engine.checkpoint.graph.hidden) and empty.dtype == np.float32
+
+
+@pytest.mark.parametrize("template", ["bare", "bos-eos"])
+def test_rows_follow_the_tokenizers_template(tmp_path, template):
+    """On a tokenizer whose post-processor adds nothing (or other tokens), a row is its text's
+    tokens as that template frames them, checked against the reference on those very ids; a
+    text with no token at all is the zero vector and runs no forward pass."""
+    from kime._cpu.reference import ReferenceModel
+
+    path = write_checkpoint(tmp_path / template, "tiny", seed=2, tokenizer_template=template)
+    k = _engine(path, threads=1, answer_cache=0)
+    try:
+        tok = k.layouter.tok
+        texts = ["refund me now", "", "a b c d e f g h i j"]
+        rows = tok.encode_framed(texts, 6)
+        bare = tok.encode_many(texts)
+        assert [len(r) - len(b[:6 - tok.frame_tokens]) for r, b in zip(rows, bare)] \
+            == [tok.frame_tokens] * 3
+        assert all(tok.cls_id not in r and tok.sep_id not in r for r in rows)
+        ref = ReferenceModel(k.checkpoint)
+        got = k.embed(texts, max_length=6)
+        for vector, ids in zip(got, rows):
+            want = ref.embed(np.asarray(ids)) if ids else np.zeros(k.checkpoint.graph.hidden)
+            np.testing.assert_allclose(vector, want, rtol=0,
+                                       atol=REFERENCE.atol * np.abs(got).max())
+        runs = k.scheduler.runs
+        empty = k.embed(["", None, ""])
+        assert k.scheduler.runs == runs + (tok.frame_tokens > 0)
+        assert empty.any() == (tok.frame_tokens > 0)
+    finally:
+        k.close()
 
 
 def test_the_answer_cache_keeps_vectors():

@@ -12,6 +12,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import kime.synthetic
 import kime.testing
 
@@ -64,3 +66,39 @@ def test_writer_runs_with_only_numpy_tokenizers_and_safetensors(tmp_path):
     assert _files(alone) == _files(here)  # the same writer, the same bytes
     assert set(_files(alone)) >= {"model.safetensors", "rl_agent_config.json",
                                   "encoder/config.json", "tokenizer/tokenizer.json"}
+
+
+def test_a_tokenizer_template_changes_the_tokenizer_alone(tmp_path):
+    from tokenizers import Tokenizer
+
+    base = _files(kime.testing.write_checkpoint(tmp_path / "default", "tiny", seed=0,
+                                                tokenizer_template="default"))
+    assert base == _files(kime.testing.write_checkpoint(tmp_path / "plain", "tiny", seed=0))
+    frames = {}
+    for template in kime.testing.TOKENIZER_TEMPLATES:
+        path = kime.testing.write_checkpoint(tmp_path / template, "tiny", seed=0,
+                                             tokenizer_template=template)
+        files = _files(path)
+        changed = {name for name in base if files[name] != base[name]}
+        assert changed <= {"tokenizer/tokenizer.json", "tokenizer/tokenizer_config.json",
+                           "tokenizer/special_tokens_map.json"}
+        assert bool(changed) == (template != "default")
+        tok = Tokenizer.from_file(str(path / "tokenizer" / "tokenizer.json"))
+        text = tok.encode("refund me now", add_special_tokens=False).ids
+        framed = tok.encode("refund me now").ids
+        at = [i for i in range(len(framed) - len(text) + 1) if framed[i:i + len(text)] == text]
+        assert at, (template, framed, text)  # the text's own ids, framed
+        frames[template] = framed[:at[0]] + framed[at[0] + len(text):]
+    specials = json.loads(base["tokenizer/special_tokens_map.json"])
+    vocab = Tokenizer.from_file(str(tmp_path / "default" / "tokenizer" / "tokenizer.json"))
+    cls, sep = (vocab.token_to_id(specials[r]) for r in ("cls_token", "sep_token"))
+    assert frames["default"] == [cls, sep] and frames["bare"] == []
+    assert len(frames["bos-eos"]) == 2 and not {cls, sep} & set(frames["bos-eos"])
+
+
+@pytest.mark.parametrize("shape,template,message", [
+    ("tiny", "cls", "tokenizer template must be one of default, bare, bos-eos"),
+    ("multilingual-tiny", "bos-eos", "the bos-eos template is for byte-level shapes")])
+def test_a_bad_tokenizer_template_is_refused(tmp_path, shape, template, message):
+    with pytest.raises(ValueError, match=message):
+        kime.testing.write_checkpoint(tmp_path / "x", shape, tokenizer_template=template)

@@ -16,6 +16,7 @@ from kime.backend import Memory, Precision
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
 
+from .. import embed_templates
 from ..golden_cases import CASES, DATA, call_case, case_rows
 from ..paths import GOLDENS
 from ..tolerances import FP16, FP32, LAYA
@@ -162,6 +163,28 @@ def test_preload_memory_and_describe(gpu):
     assert used - pool.used_bytes() >= mem.weights  # the weights' device memory is released
     with pytest.raises(kime.BackendError, match="closed"):
         backend.run(_batch([20]))
+
+
+TEMPLATE_CASES = [c for c in embed_templates.DATA["embeddings"]
+                  if c["error"] is None and c["texts"] and c["id"].endswith("_defaults")]
+
+
+@pytest.mark.parametrize("case", TEMPLATE_CASES, ids=[c["id"] for c in TEMPLATE_CASES])
+def test_embeddings_on_every_tokenizer_template(gpu, case, tmp_path_factory):
+    """`Kime.embed` in FP32 on the GPU: Laya's vectors on each tokenizer template (issue 37)."""
+    paths = embed_templates.template_paths(tmp_path_factory.mktemp("templates"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = kime.Kime(str(paths[case["checkpoint"]]), device="cuda", precision="f32",
+                           answer_cache=0)
+    try:
+        got = engine.embed(case["texts"], **{k: v for k, v in case["kwargs"].items()
+                                             if k == "max_length"})
+    finally:
+        engine.close()
+    want = np.asarray(case["vectors"], dtype=np.float64).reshape(case["shape"])
+    np.testing.assert_allclose(got, want, rtol=0,
+                               atol=FP32.embeddings.atol * np.abs(want).max())
 
 
 def test_the_engine_on_a_gpu(gpu, tiny_path):

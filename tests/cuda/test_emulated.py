@@ -14,8 +14,11 @@ from kime._cuda import backend as cuda_backend
 from kime.backend import Device, Memory, Precision
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
+from kime.engine import Kime
 from kime.errors import BackendError
+from kime.factory import Target
 
+from .. import embed_templates
 from ..golden_cases import DATA
 from ..paths import GOLDENS
 from ..tolerances import FP16, FP32
@@ -238,6 +241,37 @@ def test_an_empty_embedding_row_is_zeros(checkpoint, emulated):
     want = ReferenceModel(checkpoint).run(rows).pooled
     assert not got[[1, 3]].any()
     np.testing.assert_allclose(got[[0, 2]], want, **FP32.logits.kw)
+
+
+@pytest.fixture(scope="module")
+def template_paths(tmp_path_factory):
+    return embed_templates.template_paths(tmp_path_factory.mktemp("templates"))
+
+
+EMBED_CASES = [c for c in embed_templates.DATA["embeddings"] if c["error"] is None and c["texts"]]
+
+
+@pytest.mark.parametrize("case", EMBED_CASES, ids=[c["id"] for c in EMBED_CASES])
+def test_the_engine_embeds_laya_rows_on_every_template(case, template_paths, monkeypatch):
+    """`Kime.embed` on the emulated CUDA backend: the rows each tokenizer template frames, Laya's
+    vectors (tests/goldens/embed_templates.json), empty rows the zero vector."""
+    fake = FakeCupy(None)
+    monkeypatch.setattr(cuda_backend, "toolkit", lambda ordinal: (fake, None))
+    monkeypatch.setattr(cuda_backend, "Kernels", FakeKernels)
+    monkeypatch.setattr(cuda_backend, "Gemm",
+                        lambda cublas, ptr, half: FakeGemm(cublas, ptr, half, fake))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = Kime(str(template_paths[case["checkpoint"]]),
+                      device=Target(Device("cuda", 0), Precision.F32), answer_cache=0)
+    try:
+        assert isinstance(engine.backend, cuda_backend.CudaBackend)
+        got = engine.embed(case["texts"], max_length=case["kwargs"].get("max_length", 512))
+    finally:
+        engine.close()
+    want = np.asarray(case["vectors"], dtype=np.float64).reshape(case["shape"])
+    np.testing.assert_allclose(got, want, rtol=0,
+                               atol=FP32.embeddings.atol * np.abs(want).max())
 
 
 def test_out_of_memory_splits_an_embedding_batch(checkpoint, emulated):
