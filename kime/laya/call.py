@@ -291,7 +291,7 @@ def router_one(router: Routing, state: Any, questions: Any, options: CallOptions
                 result.setdefault("routing", routed)
             else:
                 asked = CallOptions(lang=said_language(options.lang, decision),
-                                    **budgets(ctx.max_len, ctx.head_max_len))
+                                    max_len=ctx.max_len, head_max_len=ctx.head_max_len)
                 result = (yield from _answer_group(agent, [ctx.states[0]], ctx.questions,
                                                    asked, None, single=True))[0]
                 result["routing"] = routed
@@ -374,7 +374,7 @@ def _checkpoint(router: Routing, key: str, indices: List[int],
         for members in grouped(keys):
             items = [waiting[m] for m in members]
             _, group_budgets, group_lang = keys[members[0]]
-            asked = CallOptions(lang=group_lang, **dict(group_budgets))
+            asked = CallOptions(lang=group_lang).but(**dict(group_budgets))
             answers = yield from _answer_group(agent, [ctx.states[0] for _, ctx in items],
                                                items[0][1].questions, asked, batch_size,
                                                single=False, sort_by_length=sort_by_length)

@@ -84,7 +84,7 @@ def run(step: "Step[T]") -> T:
         try:
             effect = step.send(outcome) if error is None else step.throw(error)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
         outcome, error = None, None
         try:
             outcome = _perform(effect)
@@ -110,7 +110,7 @@ async def run_async(step: "Step[T]") -> T:
             effect = (context.run(step.send, outcome) if error is None
                       else context.run(step.throw, error))
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
         outcome, error = None, None
         try:
             outcome = await _perform_async(effect, context)

@@ -200,7 +200,7 @@ def combine(p: Plan, results: List[Dict[str, Any]], attributed: bool = True) -> 
     return {"model": wire.LAYA_MODEL, "answers": answers, "usage": usage}
 
 
-def scan_long(agent: Any, state: State, questions: Questions, window: Any, stride: Any,
+def scan_long(agent: Any, state: State, questions: Any, window: Any, stride: Any,
               aggregate: str, batch_size: Any, options: CallOptions) -> Dict[str, Any]:
     """`Agent.predict_long`: plan the windows, answer them through the agent's own call (one
     `predict` when the state fits, else one `predict_batch` over the window texts, so hooks see
