@@ -162,7 +162,38 @@ def decision_body(options: CallOptions, **fields: Any) -> Dict[str, Any]:
     return body
 
 
-class Client:
+class OnThreads:
+    """The async half of the `Decider` protocol for a synchronous answerer (a client: its
+    wait is a socket's): each call runs on a worker thread (`asyncio.to_thread`, which
+    carries the caller's context)."""
+
+    def answer(self, state: Any, questions: Dict[Any, Any],
+               options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
+        raise NotImplementedError
+
+    def answer_batch(self, states: Sequence[Any], questions: Dict[Any, Any],
+                     options: CallOptions = NO_OPTIONS,
+                     batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
+        raise NotImplementedError
+
+    async def answer_async(self, state: Any, questions: Dict[Any, Any],
+                           options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
+        """`answer` on a worker thread."""
+        import asyncio
+
+        return await asyncio.to_thread(self.answer, state, questions, options)
+
+    async def answer_batch_async(self, states: Sequence[Any], questions: Dict[Any, Any],
+                                 options: CallOptions = NO_OPTIONS,
+                                 batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
+        """`answer_batch` on a worker thread."""
+        import asyncio
+
+        return await asyncio.to_thread(self.answer_batch, states, questions, options,
+                                       batch_size)
+
+
+class Client(OnThreads):
     """A laya-serve-compatible server at `base_url` (its origin, or its `/v1/systemone`);
     `api_key` goes as `Authorization: Bearer`, `timeout` (seconds) bounds each attempt."""
 
@@ -261,26 +292,10 @@ class Client:
                                  reply)
         return results
 
-    async def answer_async(self, state: Any, questions: Dict[Any, Any],
-                           options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
-        """`answer` on a worker thread."""
-        import asyncio
-
-        return await asyncio.to_thread(self.answer, state, questions, options)
-
-    async def answer_batch_async(self, states: Sequence[Any], questions: Dict[Any, Any],
-                                 options: CallOptions = NO_OPTIONS,
-                                 batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
-        """`answer_batch` on a worker thread."""
-        import asyncio
-
-        return await asyncio.to_thread(self.answer_batch, states, questions, options,
-                                       batch_size)
-
     def __repr__(self) -> str:
         return "Client(%r, timeout=%g, retry=%r)" % (self.root, self.timeout, self.retry)
 
 
 __all__ = ["BODY_OPTIONS", "BodyNotJson", "Client", "ClientError", "ConnectFailure",
-           "MalformedReply", "NO_RETRY", "Retry", "SameOriginRedirects", "StatusError",
+           "MalformedReply", "NO_RETRY", "OnThreads", "Retry", "SameOriginRedirects", "StatusError",
            "decision_body", "refuse_unsendable"]

@@ -21,7 +21,8 @@ import os
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
-from ..client import BodyNotJson, Client, ClientError, ConnectFailure, MalformedReply, StatusError
+from ..client import (BodyNotJson, Client, ClientError, ConnectFailure, MalformedReply,
+                      OnThreads, StatusError)
 from ..laya.options import NO_OPTIONS, CallOptions
 from ..laya.router import Router
 from .validate import ToolError
@@ -76,7 +77,7 @@ def tool_error(exc: ClientError, base_url: str, timeout: float) -> ToolError:
                      % exc)
 
 
-class RemoteRouter:
+class RemoteRouter(OnThreads):
     """Routes here, answers from the server at `base_url` (its origin; the API paths are
     appended). `api_key` goes as `Authorization: Bearer`; `router_kwargs` are the routing
     Router's (`auto_task_detection`, `default`, `models`, ...)."""
@@ -164,20 +165,6 @@ class RemoteRouter:
         """One `POST /v1/systemone/batch`."""
         return self._call(lambda: self.client.answer_batch(states, questions, options,
                                                            batch_size))
-
-    async def answer_async(self, state: Any, questions: Dict[Any, Any],
-                           options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
-        import asyncio
-
-        return await asyncio.to_thread(self.answer, state, questions, options)
-
-    async def answer_batch_async(self, states: Sequence[Any], questions: Dict[Any, Any],
-                                 options: CallOptions = NO_OPTIONS,
-                                 batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
-        import asyncio
-
-        return await asyncio.to_thread(self.answer_batch, states, questions, options,
-                                       batch_size)
 
     def predict(self, state: Any, questions: Dict[Any, Any], **options: Any) -> Dict[str, Any]:
         """`answer` under Laya's keywords (what `decide` and the tournament call)."""

@@ -43,6 +43,7 @@ from kime.integrations.errors import LayaLowConfidenceError
 from .. import paths
 from ..golden_cases import assert_same
 from . import crewai_cases as cc
+from . import test_faults as faults
 
 TINY = str(paths.TINY)
 ML = str(paths.MULTILINGUAL_TINY)
@@ -517,3 +518,18 @@ def test_threshold_and_task_text_properties() -> None:
 
     threshold()
     task_text()
+
+
+@pytest.mark.parametrize("cid", sorted(c for c, case in faults.CASES.items()
+                                       if case["framework"] == "crewai"))
+def test_kime_blocks_or_refuses_what_laya_lets_through(cid: str) -> None:
+    """`test_faults.py`'s CrewAI cases (CrewAI has this venv): laya's guard lets `{}`, no
+    answers, a missing `noul` or an untyped one through, and its router picks a member it was
+    not offered; kime's refuses the reply, or blocks the task."""
+    from . import faults_cases as fc
+
+    stub = fc.StubServer()
+    try:
+        faults.check(faults.CASES[cid], stub.url)
+    finally:
+        stub.stop()
