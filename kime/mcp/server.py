@@ -93,7 +93,8 @@ def _dump(payload: Any) -> str:
 
 async def _call(runner: Runner, fn: Callable[..., Any], limit: bool = True, **kwargs: Any) -> str:
     """Run a tool on a worker thread (a checkpoint load or a forward pass never stalls the
-    event loop, so other sessions keep being served), over the runner's router/agent; any
+    event loop, so other sessions keep being served; the SDK would move a sync tool off the
+    loop too, and this does not rest on it), over the runner's router/agent; any
     failure becomes the SDK's tool error carrying `{"error", "message"}`, the only kind whose
     text the SDK passes on. An `internal_error` is logged with its cause: it is kime's bug or
     the server's, not the client's, and the client sees only its message."""

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -288,6 +289,72 @@ def test_http_open_without_keys():
         anyio.run(_http_session, server.url, None, one)
     finally:
         server.stop()
+
+
+# --- the server's tools on its event loop --------------------------------------------------------
+
+def _settings(**extra: Any) -> Any:
+    from kime.serve import Settings
+
+    return Settings(model=["%s=%s" % item for item in mc.MODELS.items()], device="cpu",
+                    threads=1, **extra)
+
+
+def test_a_tool_never_stalls_the_event_loop():
+    """A tool runs on a worker thread: the first call builds the Router and loads two
+    checkpoints, and meanwhile the event loop, which serves every other session, keeps
+    turning. (The SDK, 2.3, also moves a sync tool off the loop; kime's tools are async and do
+    it themselves, so this does not rest on that.)"""
+    from kime.mcp.runner import Runner
+    from kime.mcp.server import build_server
+
+    server = build_server(Runner(_settings(preload_models=["english", "multilingual"])))
+    case = next(c for c in mc.CASES if c["id"] == "predict_english")
+
+    async def main() -> Tuple[float, float, Any]:
+        loop = asyncio.get_running_loop()
+        gaps: List[float] = []
+        busy = True
+
+        async def tick() -> None:
+            last = loop.time()
+            while busy:
+                await asyncio.sleep(0.01)
+                gaps.append(loop.time() - last)
+                last = loop.time()
+
+        ticker = asyncio.ensure_future(tick())
+        started = loop.time()
+        result = await server.call_tool(case["tool"], mc.expand(case["args"]))
+        took = loop.time() - started
+        busy = False
+        await ticker
+        return took, max(gaps), result
+
+    took, gap, result = asyncio.run(main())
+    assert not result.is_error
+    assert took > 0.2 and gap < took / 4, (took, gap)
+
+
+def test_an_internal_error_is_logged_with_its_cause(caplog, tmp_path):
+    """A tool's `internal_error` (kime's fault or the deployment's, not the client's) reaches
+    the client as its message and the server's log with its traceback."""
+    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+
+    from kime.mcp.runner import Runner
+    from kime.mcp.server import build_server
+
+    broken = _settings(preload_models=["english"]).model_copy(
+        update={"model": ["english=%s" % (tmp_path / "missing")]})
+    server = build_server(Runner(broken))
+    case = next(c for c in mc.CASES if c["id"] == "predict_english")
+    with caplog.at_level("ERROR", logger="kime.mcp"):
+        with pytest.raises(SdkToolError) as info:
+            asyncio.run(server.call_tool(case["tool"], mc.expand(case["args"])))
+    assert '"error": "internal_error"' in str(info.value), str(info.value)
+    (record,) = [r for r in caplog.records if r.name == "kime.mcp"]
+    assert "laya_predict failed: router construction failed" in record.getMessage()
+    assert record.exc_info is not None
 
 
 # --- remote: a real kime serve on loopback -------------------------------------------------------
