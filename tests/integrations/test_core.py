@@ -319,6 +319,31 @@ def test_a_retry_policy_is_checked() -> None:
 
 # ---- who answers -------------------------------------------------------------------------------
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the test checkpoints' temperatures
+def test_agent_router_and_client_are_one_decider(agent: Any, router: Any) -> None:
+    """One protocol: `answer`, `answer_batch` and their async twins, with `CallOptions`;
+    each the same as the answerer's own Laya methods."""
+    import asyncio
+
+    from kime.laya.decider import Decider
+
+    assert all(isinstance(d, Decider) for d in (agent, router, Client("http://127.0.0.1:1")))
+    states = [INVOICE, "Die App stürzt ab."]
+    options = CallOptions(max_len=96, min_confidence=0.2)
+    assert agent.answer(INVOICE, QUESTIONS, options) == agent.predict(
+        INVOICE, QUESTIONS, max_len=96, min_confidence=0.2)
+    assert asyncio.run(agent.answer_batch_async(states, QUESTIONS, options)) == \
+        agent.answer_batch(states, QUESTIONS, options) == agent.predict_batch(
+            states, QUESTIONS, max_len=96, min_confidence=0.2)
+    routed = router.answer_batch(states, QUESTIONS, options.but(lang_guess="de"))
+    assert routed == router.predict_batch(
+        [{"state": s, "questions": QUESTIONS, "max_len": 96, "lang_guess": "de"}
+         for s in states], min_confidence=0.2)
+    assert asyncio.run(router.answer_async(INVOICE, QUESTIONS, options)) == router.answer(
+        INVOICE, QUESTIONS, options) == router.predict(INVOICE, QUESTIONS, max_len=96,
+                                                        min_confidence=0.2)
+
+
 def test_an_agent_answers_as_its_predict(agent: Any) -> None:
     options = CallOptions(max_len=64, lang="en", min_confidence=0.3)
     got = Caller(agent=agent, options=options).decide(INVOICE, QUESTIONS)

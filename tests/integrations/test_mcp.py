@@ -38,6 +38,7 @@ from kime.mcp.remote import RemoteRouter
 from kime.mcp.validate import ToolError
 
 from .. import paths
+from ..golden_cases import assert_same
 from . import mcp_cases as mc
 
 FUNCTIONS = {"laya_status": status.laya_status, "laya_preset": status.laya_preset,
@@ -421,6 +422,30 @@ def test_remote_answers_as_in_process(served, router):
 
 
 @pytest.mark.slow
+def test_remote_async_reaches_the_server_and_loads_nothing(served, router, monkeypatch):
+    """The remote router is a Router that only routes, composed with the one HTTP client; it
+    is not a Router. Its async answers reach the server (sync and batch alike), with the Hub
+    offline and no checkpoint in this process, where laya's subclass ran the local pipeline and
+    raised ModelNotFound for convaiinnovations/laya."""
+    from kime.laya.decider import Decider
+    from kime.laya.options import CallOptions
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    remote = RemoteRouter("http://127.0.0.1:%d" % served.port, api_key=served.key)
+    assert not isinstance(remote, kime.Router) and isinstance(remote, Decider)
+    case = next(c for c in mc.CASES if c["id"] == "predict_english")
+    state, questions = case["args"]["state"], case["args"]["questions"]
+    options = CallOptions(model="english")
+    one = asyncio.run(remote.answer_async(state, questions, options))
+    two = asyncio.run(remote.answer_batch_async([state, {"text": "Zweite Nachricht"}], questions,
+                                                options))
+    here = router.predict(state, questions, model="english")
+    for there in (one, two[0], remote.answer(state, questions, options)):
+        assert_same(_served_fields(there["answers"]), here["answers"])
+        assert there["routing"]["model"] == "english"
+    assert len(two) == 2 and remote.resident() == {}
+
+
 def test_remote_errors_keep_laya_s_codes(served):
     by_id = {c["id"]: c for c in mc.CASES}
     args = mc.expand(by_id["predict_english"]["args"])
