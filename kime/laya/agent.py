@@ -25,9 +25,10 @@ from .calibration import Calibration
 from .call import agent_call
 from .confidence import MinConfidence
 from .device import TorchLikeDevice, choose
-from .driver import run, run_async
+from .decider import Answers
+from .driver import Step, run, run_async
 from .hooks import (HookArg, HookRegistry, PredictHookArg, normalise_hooks, validate_timeout)
-from .options import NO_OPTIONS, ROUTING_HINTS, CallOptions, refuse_unread
+from .options import ROUTING_HINTS, CallOptions, refuse_unread
 from .loading import (DEFAULT_MODEL, backend_name, builtin_alias, checkpoint_dir,
                       resolved_languages)
 from .revisions import verify_digests
@@ -48,7 +49,7 @@ def _one_checkpoint() -> None:
     `refuse_unread` asks)."""
 
 
-class Agent(HookRegistry):
+class Agent(HookRegistry, Answers):
     """A Laya checkpoint behind Laya's `Agent` API. Build it with `kime.load` (or
     `Agent(model_id_or_path, ...)`, Laya's constructor), or around a loaded engine:
     `Agent(kime.Kime(...))`.
@@ -255,34 +256,16 @@ class Agent(HookRegistry):
         return (await run_async(agent_call(self, [state], questions,
                                            CallOptions.take(locals()))))[0]
 
-    # --- the Decider protocol (`kime.laya.decider`) -----------------------------------------
+    # --- the Decider protocol (`kime.laya.decider`): a routing hint or a pin is refused ----
 
-    def answer(self, state: State, questions: Questions,
-               options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
-        """`predict` with the options whole. A routing hint or a `model` pin is refused: this
-        agent answers on its own checkpoint."""
-        return run(agent_call(self, [state], questions, own(options, "Agent.predict")))[0]
+    def _one(self, state: State, questions: Questions,
+             options: CallOptions) -> "Step[Dict[str, Any]]":
+        return (yield from agent_call(self, [state], questions, own(options, "Agent.predict")))[0]
 
-    def answer_batch(self, states: Sequence[State], questions: Questions,
-                     options: CallOptions = NO_OPTIONS,
-                     batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
-        """`predict_batch` with the options whole (refused as `answer` refuses them)."""
-        return run(agent_call(self, list(states), questions,
-                              own(options, "Agent.predict_batch"), batch_size=batch_size))
-
-    async def answer_async(self, state: State, questions: Questions,
-                           options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
-        """`answer` for asyncio."""
-        return (await run_async(agent_call(self, [state], questions,
-                                           own(options, "Agent.predict"))))[0]
-
-    async def answer_batch_async(self, states: Sequence[State], questions: Questions,
-                                 options: CallOptions = NO_OPTIONS,
-                                 batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
-        """`answer_batch` for asyncio."""
-        return await run_async(agent_call(self, list(states), questions,
-                                          own(options, "Agent.predict_batch"),
-                                          batch_size=batch_size))
+    def _many(self, states: List[State], questions: Questions, options: CallOptions,
+              batch_size: Optional[int]) -> "Step[List[Dict[str, Any]]]":
+        return agent_call(self, states, questions, own(options, "Agent.predict_batch"),
+                          batch_size=batch_size)
 
     def predict_long(self, state: State, questions: Questions, window: Optional[int] = None,
                      stride: Optional[int] = None, aggregate: str = "auto",

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Protocol, Sequence, runtime_checkable
 
-from .options import CallOptions
+from .driver import Step, run, run_async
+from .options import NO_OPTIONS, CallOptions
 
 Result = Dict[str, Any]
 
@@ -41,4 +42,39 @@ class Decider(Protocol):
         """`answer_batch` without blocking the event loop."""
 
 
-__all__ = ["Decider", "Result"]
+class Answers:
+    """The `Decider` methods of an answerer whose calls are pipelines (`kime.laya.call`): it
+    says which pipeline answers one state (`_one`) and many (`_many`), and both drivers run
+    them, so the four methods are written once for the Agent and the Router."""
+
+    def _one(self, state: Any, questions: Dict[Any, Any], options: CallOptions) -> Step[Result]:
+        raise NotImplementedError
+
+    def _many(self, states: List[Any], questions: Dict[Any, Any], options: CallOptions,
+              batch_size: Optional[int]) -> Step[List[Result]]:
+        raise NotImplementedError
+
+    def answer(self, state: Any, questions: Dict[Any, Any],
+               options: CallOptions = NO_OPTIONS) -> Result:
+        """One state, every question in one forward pass."""
+        return run(self._one(state, questions, options))
+
+    def answer_batch(self, states: Sequence[Any], questions: Dict[Any, Any],
+                     options: CallOptions = NO_OPTIONS,
+                     batch_size: Optional[int] = None) -> List[Result]:
+        """The same questions over many states, results in input order."""
+        return run(self._many(list(states), questions, options, batch_size))
+
+    async def answer_async(self, state: Any, questions: Dict[Any, Any],
+                           options: CallOptions = NO_OPTIONS) -> Result:
+        """`answer` on the event loop."""
+        return await run_async(self._one(state, questions, options))
+
+    async def answer_batch_async(self, states: Sequence[Any], questions: Dict[Any, Any],
+                                 options: CallOptions = NO_OPTIONS,
+                                 batch_size: Optional[int] = None) -> List[Result]:
+        """`answer_batch` on the event loop."""
+        return await run_async(self._many(list(states), questions, options, batch_size))
+
+
+__all__ = ["Answers", "Decider", "Result"]

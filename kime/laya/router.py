@@ -22,12 +22,14 @@ from . import routing, structured
 from .agent import Agent
 from .call import batch_requests, check_requests, router_batch, router_one
 from .confidence import MinConfidence
-from .driver import run, run_async
-from .options import NO_OPTIONS, PER_REQUEST, CallOptions
+from .decider import Answers
+from .driver import Step, run, run_async
+from .options import PER_REQUEST, CallOptions
 from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, compose_hooks, dispatch,
                     normalise_hooks, validate_timeout)
 from .long import LongScan
 from .residents import Residents, start_reaper
+from .scope import open_scope
 from .router_config import (ABSENT, agent_options, check_agent_kwargs, checked_registration,
                             count_loaded, digests_from_env, idle_seconds, pin)
 from .routing import RouteDecision, canonical_name, refusal, repo_str, split_spec
@@ -36,7 +38,7 @@ State = Union[str, Dict[Any, Any], List[Any]]
 Questions = Dict[Any, Any]
 
 
-class Router(HookRegistry):
+class Router(HookRegistry, Answers):
     """Several Laya checkpoints behind Laya's `Router` API.
 
         router = kime.Router(models={"english": "/ckpt/en", "multilingual": "/ckpt/ml"})
@@ -307,13 +309,11 @@ class Router(HookRegistry):
             state, questions, models=self.models, resolve=self.resolve, default=self.default,
             auto_task_detection=self.auto_task_detection, installed_guess=self.lang_guess,
             model=model, task=task, lang=lang, lang_guess=lang_guess, explain=explain)
-        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
-        active = compose_hooks(self.hooks, hooks)
-        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+        scope = open_scope(self, CallOptions(hooks=hooks, hooks_raise=hooks_raise,
+                                             hooks_timeout=hooks_timeout), None)
         ctx = PredictContext(states=[state], questions=questions or {}, decision=decision,
                              router=self)
-        dispatch(active, "on_route", ctx, raise_errors=raise_errors, lock=self._hooks_lock,
-                 timeout=timeout)
+        scope.dispatch("on_route", ctx)
         return ctx.decision  # type: ignore[return-value]  # as Laya: what on_route hooks left
 
     def route_batch(self, requests: Sequence[Dict[str, Any]],
@@ -405,31 +405,16 @@ class Router(HookRegistry):
 
     # --- the Decider protocol (`kime.laya.decider`) -----------------------------------------
 
-    def answer(self, state: State, questions: Questions,
-               options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
-        """`predict` with the options whole."""
-        return run(router_one(self, state, questions, options))
+    def _one(self, state: State, questions: Questions,
+             options: CallOptions) -> "Step[Dict[str, Any]]":
+        return router_one(self, state, questions, options)
 
-    def answer_batch(self, states: Sequence[State], questions: Questions,
-                     options: CallOptions = NO_OPTIONS,
-                     batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
-        """`predict_batch` over one request per state, each carrying the routing options and
-        budgets; the gate and hooks are the call's."""
-        return run(router_batch(self, batch_requests(states, questions, options),
-                                options.without(*PER_REQUEST), batch_size=batch_size))
-
-    async def answer_async(self, state: State, questions: Questions,
-                           options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
-        """`answer` for asyncio."""
-        return await run_async(router_one(self, state, questions, options))
-
-    async def answer_batch_async(self, states: Sequence[State], questions: Questions,
-                                 options: CallOptions = NO_OPTIONS,
-                                 batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
-        """`answer_batch` for asyncio."""
-        return await run_async(router_batch(self, batch_requests(states, questions, options),
-                                            options.without(*PER_REQUEST),
-                                            batch_size=batch_size))
+    def _many(self, states: List[State], questions: Questions, options: CallOptions,
+              batch_size: Optional[int]) -> "Step[List[Dict[str, Any]]]":
+        """One request per state, each carrying the routing options and budgets; the gate and
+        the hooks are the batch call's."""
+        return router_batch(self, batch_requests(states, questions, options),
+                            options.without(*PER_REQUEST), batch_size=batch_size)
 
     predict_many = predict_batch
 

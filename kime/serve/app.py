@@ -142,8 +142,8 @@ class Service:
         """Await `work` and its time in ms, cancelling it if the client hangs up first: rows
         still queued for the device are then dropped instead of costing a forward pass nobody
         will read, and the cancelled call is awaited to its end (hooks included) before the
-        request gives its slot back. A request that does not validate passes through (a 422); any other failure
-        is logged and answered 500."""
+        request gives its slot back. A request that does not validate passes through (a 422);
+        any other failure is logged and answered 500."""
         t0 = time.perf_counter()
         task = asyncio.ensure_future(work)
         try:

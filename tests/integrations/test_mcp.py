@@ -301,42 +301,6 @@ def _settings(**extra: Any) -> Any:
                     threads=1, **extra)
 
 
-def test_a_tool_never_stalls_the_event_loop():
-    """A tool runs on a worker thread: the first call builds the Router and loads two
-    checkpoints, and meanwhile the event loop, which serves every other session, keeps
-    turning. (The SDK, 2.3, also moves a sync tool off the loop; kime's tools are async and do
-    it themselves, so this does not rest on that.)"""
-    from kime.mcp.runner import Runner
-    from kime.mcp.server import build_server
-
-    server = build_server(Runner(_settings(preload_models=["english", "multilingual"])))
-    case = next(c for c in mc.CASES if c["id"] == "predict_english")
-
-    async def main() -> Tuple[float, float, Any]:
-        loop = asyncio.get_running_loop()
-        gaps: List[float] = []
-        busy = True
-
-        async def tick() -> None:
-            last = loop.time()
-            while busy:
-                await asyncio.sleep(0.01)
-                gaps.append(loop.time() - last)
-                last = loop.time()
-
-        ticker = asyncio.ensure_future(tick())
-        started = loop.time()
-        result = await server.call_tool(case["tool"], mc.expand(case["args"]))
-        took = loop.time() - started
-        busy = False
-        await ticker
-        return took, max(gaps), result
-
-    took, gap, result = asyncio.run(main())
-    assert not result.is_error
-    assert took > 0.2 and gap < took / 4, (took, gap)
-
-
 def test_an_internal_error_is_logged_with_its_cause(caplog, tmp_path):
     """A tool's `internal_error` (kime's fault or the deployment's, not the client's) reaches
     the client as its message and the server's log with its traceback."""
