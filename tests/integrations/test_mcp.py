@@ -117,6 +117,7 @@ def test_presets_listing_is_laya_s():
     assert status.get_available_presets() == mc.GOLDEN["presets"]
 
 
+@pytest.mark.slow  # more than a second and a half (CONTRIBUTING.md's fast tier)
 def test_long_state_goes_to_predict_long_not_predict(router):
     state = {"text": "The order arrived late and the box was damaged. " * 2000}
     questions = mc.CASES[1]["args"]["questions"]
