@@ -726,6 +726,7 @@ AREAS += ("goldens_tools.py",)  # issue 24: the tool selector (integrations_tool
 AREAS += ("goldens_langchain.py",)  # issue 24: LangChain/LangGraph runnables (integrations_langchain.json)
 AREAS += ("goldens_agno.py",)  # issue 24: agno router and guardrail (integrations_agno.json)
 AREAS += ("goldens_parallel.py",)  # issue 26: a laya.train parallel-layout checkpoint (parallel.json)
+AREAS += ("goldens_faults.py",)  # issue 38: where laya's guards and pickers fail open (integrations_faults.json)
 
 
 def record_areas() -> List[str]:
