@@ -52,14 +52,28 @@ def agent(engine):
 
 
 def _hypothesis_profiles() -> None:
-    """A few hundred examples per property in CI; `--hypothesis-profile=long` for 10,000."""
+    """A few hundred examples per property in CI; `--hypothesis-profile=long` for 10,000;
+    `quick` (what `-m "not slow"` runs) for the inner loop."""
     try:
         from hypothesis import settings
     except ImportError:  # hypothesis is a dev dependency; only the property tests need it
         return
     settings.register_profile("default", max_examples=200, deadline=None)
     settings.register_profile("long", max_examples=10_000, deadline=None)
+    settings.register_profile("quick", max_examples=25, deadline=None)
     settings.load_profile("default")
 
 
 _hypothesis_profiles()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast tier (`-m "not slow"`) runs the properties at `quick` strength, unless a
+    profile is named; the whole suite (`.ci/run`) at `default`."""
+    if (config.getoption("markexpr", "") or "").strip() == "not slow" and \
+            config.getoption("hypothesis_profile", None) is None:
+        try:
+            from hypothesis import settings
+        except ImportError:
+            return
+        settings.load_profile("quick")

@@ -727,6 +727,7 @@ AREAS += ("goldens_langchain.py",)  # issue 24: LangChain/LangGraph runnables (i
 AREAS += ("goldens_agno.py",)  # issue 24: agno router and guardrail (integrations_agno.json)
 AREAS += ("goldens_parallel.py",)  # issue 26: a laya.train parallel-layout checkpoint (parallel.json)
 AREAS += ("goldens_embed_templates.py",)  # issue 37: embeddings on three tokenizer templates (embed_templates.json)
+AREAS += ("goldens_faults.py",)  # issue 38: where laya's guards and pickers fail open (integrations_faults.json)
 
 
 def record_areas() -> List[str]:

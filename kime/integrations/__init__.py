@@ -1,10 +1,12 @@
 """Laya 0.4.15's framework integrations on kime (`kime.integrations` is `laya.integrations`).
 
-The shared core (kime's one copy of what laya repeats per framework): `controls` (which per-call
-controls go where), `guard` (reading a decision body safely), `remote` (one decision over HTTP),
-`runner` (local agent, Router or server), `errors`. The framework modules, `langchain`,
-`llamaindex`, `crewai`, `agno` and `tools`, import their framework only when used, and say which
-extra to install (`pip install 'kime[langchain]'`, ...) when it is missing. Every name of laya's
+The shared core (kime's one copy of what laya repeats per framework): `caller` (the controls
+every class takes, and who answers with which `CallOptions`: a kime Agent or Router, the default
+Router, or a server through `kime.client.Client`), `reading` (`pick` and `screen`: a reply read
+fail closed), `errors`. Each framework module is an adapter over them: text in, one call, the
+framework's type out. `langchain`, `llamaindex`, `crewai`, `agno` and `tools` import their
+framework only when used, and say which extra to install (`pip install 'kime[langchain]'`, ...)
+when it is missing. Every name of laya's
 `integrations.__all__` resolves here on first use, so `import kime.integrations` pays for none.
 """
 from __future__ import annotations

@@ -6,7 +6,8 @@ and refusals.
 members' roles and goals; `LayaTaskGuard` screens a task with the guard preset (or the caller's
 questions) and raises, filters or annotates. Both answer on `agent=` (a `kime.load` agent or a
 `kime.Router`), on a laya-serve-compatible server (`base_url=`/`api_key=`), or on the shared
-default Router (`kime.integrations.runner`).
+default Router (`kime.integrations.caller`). A reply that does not answer what was asked is
+refused: a pick outside the crew, or a guard question unanswered, never passes.
 
 laya reads a CrewAI `Agent`/`Task` only through attributes (`role`, `goal`, `description`,
 `expected_output`, `agent`), so dicts, strings and plain objects route the same way, and nothing
@@ -25,15 +26,13 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
-import math
 import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from ..laya.confidence import answer_confidence_value
+from .caller import Controlled, takes_controls
 from .errors import LayaLowConfidenceError
-from .guard import answers_map, malformed, violations, where_of
-from .runner import execute_decision
+from .reading import choose, screen
 
 __all__ = ["LayaCrewRouter", "LayaTaskGuard", "LayaTaskGuardError", "CrewRouteDecision",
            "LayaLowConfidenceError"]
@@ -134,59 +133,7 @@ def member_criteria(members: Sequence[Any]) -> Dict[str, str]:
     return criteria
 
 
-def _gate_number(answer: Dict[str, Any]) -> float:
-    # The number core's min_confidence gate reads (kime.laya.confidence): answer_confidence,
-    # else the entropy confidence, so an answer with only the older field is still gated; an
-    # answer with neither counts as fully confident, as laya's router takes it.
-    conf = answer_confidence_value(answer)
-    if conf is not None:
-        return conf
-    older = answer.get("confidence")
-    if isinstance(older, (int, float)) and not isinstance(older, bool) and math.isfinite(older):
-        return float(older)
-    return 1.0
-
-
-class _Decides:
-    """The runner and per-call controls both classes take, and the one decision they make."""
-
-    def _controls(self, agent: Any, base_url: Optional[str], api_key: Optional[str],
-                  model: Optional[str], max_len: Optional[int], head_max_len: Optional[int],
-                  lang: Optional[str], min_confidence: Optional[float], task: Optional[str],
-                  lang_guess: Optional[Any], hooks: Optional[Any], on_predict_start: Optional[Any],
-                  on_predict_end: Optional[Any], hooks_raise: Optional[bool],
-                  hooks_timeout: Optional[float]) -> None:
-        self.agent = agent
-        self.base_url = base_url
-        self.api_key = api_key
-        self.model = model
-        self.max_len = max_len
-        self.head_max_len = head_max_len
-        self.lang = lang
-        self.min_confidence = min_confidence
-        # `task` is core's checkpoint selector (a Router's routing hint), not a CrewAI task.
-        self.task = task
-        self.lang_guess = lang_guess
-        self.hooks = hooks
-        self.on_predict_start = on_predict_start
-        self.on_predict_end = on_predict_end
-        self.hooks_raise = hooks_raise
-        self.hooks_timeout = hooks_timeout
-        self.last_decision: Optional[Dict[str, Any]] = None
-
-    def _decide(self, text: str, questions: Dict[str, Any]) -> Dict[str, Any]:
-        res = execute_decision(
-            text, questions, agent=self.agent, base_url=self.base_url, api_key=self.api_key,
-            model=self.model, max_len=self.max_len, head_max_len=self.head_max_len,
-            lang=self.lang, min_confidence=self.min_confidence, task=self.task,
-            lang_guess=self.lang_guess, hooks=self.hooks, on_predict_start=self.on_predict_start,
-            on_predict_end=self.on_predict_end, hooks_raise=self.hooks_raise,
-            hooks_timeout=self.hooks_timeout)
-        self.last_decision = res
-        return res
-
-
-class LayaCrewRouter(_Decides):
+class LayaCrewRouter(Controlled):
     """Delegates a CrewAI task to the best-qualified crew member in one forward pass.
 
     The task's text is the state; the members' "role: goal" lines are the options of one
@@ -195,27 +142,21 @@ class LayaCrewRouter(_Decides):
     `raise_on_low_confidence`, else keeps the model's choice.
     """
 
+    @takes_controls()
     def __init__(self, instructions: str = DEFAULT_INSTRUCTIONS,
                  confidence_threshold: float = 0.0, fallback_agent_index: Optional[int] = None,
-                 raise_on_low_confidence: bool = False, agent: Optional[Any] = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
-                 min_confidence: Optional[float] = None, task: Optional[str] = None,
-                 lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
-                 on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
-                 hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None) -> None:
+                 raise_on_low_confidence: bool = False, *, controls: Dict[str, Any]) -> None:
         require_crewai()
         self.instructions = instructions
         self.confidence_threshold = confidence_threshold
         self.fallback_agent_index = fallback_agent_index
         self.raise_on_low_confidence = raise_on_low_confidence
-        self._controls(agent, base_url, api_key, model, max_len, head_max_len, lang,
-                       min_confidence, task, lang_guess, hooks, on_predict_start, on_predict_end,
-                       hooks_raise, hooks_timeout)
+        # `task` among the controls is core's checkpoint selector, not a CrewAI task.
+        self._keep_controls(controls)
 
     def route(self, task: Any, agents: Sequence[Any]) -> CrewRouteDecision:
-        """Choose the member of `agents` (CrewAI agents, dicts or role strings) for `task`."""
+        """Choose the member of `agents` (CrewAI agents, dicts or role strings) for `task`; a
+        reply that picks none of them is refused."""
         if not agents:
             raise ValueError("No agents provided to route task to.")
         text = task_text(task)
@@ -223,39 +164,18 @@ class LayaCrewRouter(_Decides):
         res = self._decide(text, {"delegation": {"type": "choice",
                                                  "instructions": self.instructions,
                                                  "criteria": criteria}})
-        where = where_of(self.base_url)
-        answer = answers_map(res, where).get("delegation", {})
-        chosen = answer.get("choice")
-        if chosen is not None and not isinstance(chosen, str):
-            raise malformed(where, "'choice' must be a string, got %s" % type(chosen).__name__)
-        conf = _gate_number(answer)
-        index = 0
-        if chosen and chosen.startswith("agent_"):
-            try:
-                index = int(chosen.split("_")[1])
-            except (ValueError, IndexError):
-                index = 0
-        elif chosen in criteria:
-            index = list(criteria).index(chosen)
-
         threshold = self.confidence_threshold
-        if threshold > 0.0 and conf < threshold:
-            if self.fallback_agent_index is not None:
-                fallback = agents[self.fallback_agent_index]
-                role = member_role(fallback, self.fallback_agent_index)
-                reason = ("Delegated to fallback agent '%s' because routing confidence (%.3f) "
-                          "was below threshold (%.3f)." % (role, conf, threshold))
-                return CrewRouteDecision(fallback, self.fallback_agent_index, role, conf, reason,
-                                         res)
-            if self.raise_on_low_confidence:
-                raise LayaLowConfidenceError(
-                    "Routing confidence %.3f below threshold %.3f for task: %r"
-                    % (conf, threshold, text),
-                    confidence=conf, threshold=threshold, raw_decision=res)
+        index, chosen, fell_back = choose(
+            res, "delegation", list(criteria), self.caller.where, threshold,
+            self.fallback_agent_index, self.raise_on_low_confidence,
+            "Routing confidence %.3f below threshold %.3f for task: %r", text)
         member = agents[index]
         role = member_role(member, index)
-        reason = "Delegated to '%s' via Laya System 1 decision (confidence: %.3f)." % (role, conf)
-        return CrewRouteDecision(member, index, role, conf, reason, res)
+        reason = ("Delegated to fallback agent '%s' because routing confidence (%.3f) was below "
+                  "threshold (%.3f)." % (role, chosen.shown, threshold) if fell_back else
+                  "Delegated to '%s' via Laya System 1 decision (confidence: %.3f)."
+                  % (role, chosen.shown))
+        return CrewRouteDecision(member, index, role, chosen.shown, reason, res)
 
     def delegate(self, task: Any, agents: Sequence[Any]) -> Any:
         """Route `task`, set its `agent` to the chosen member where it can, return the member."""
@@ -282,7 +202,7 @@ def _assign(task: Any, member: Any) -> None:
             pass  # laya leaves a task that refuses the member as it was
 
 
-class LayaTaskGuard(_Decides):
+class LayaTaskGuard(Controlled):
     """Screens a task (or an agent's input) for jailbreaks, injections and policy violations.
 
     A `noul` answer at or above `threshold` is a violation, and so is a `score` answer whose
@@ -292,16 +212,10 @@ class LayaTaskGuard(_Decides):
     (`crewai.Task(guardrail=guard)`), see `__call__`.
     """
 
+    @takes_controls()
     def __init__(self, questions: Optional[Dict[str, Any]] = None, action: str = "raise",
-                 rejection_message: str = DEFAULT_REJECTION, threshold: float = 0.5,
-                 agent: Optional[Any] = None, base_url: Optional[str] = None,
-                 api_key: Optional[str] = None, model: Optional[str] = None,
-                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                 lang: Optional[str] = None, min_confidence: Optional[float] = None,
-                 task: Optional[str] = None, lang_guess: Optional[Any] = None,
-                 hooks: Optional[Any] = None, on_predict_start: Optional[Any] = None,
-                 on_predict_end: Optional[Any] = None, hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None) -> None:
+                 rejection_message: str = DEFAULT_REJECTION, threshold: float = 0.5, *,
+                 controls: Dict[str, Any]) -> None:
         require_crewai()
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be a probability in [0, 1]; got %r" % (threshold,))
@@ -313,9 +227,7 @@ class LayaTaskGuard(_Decides):
         # callable object has none of; getsource unwraps `__wrapped__` first, so it reads
         # `__call__`'s. Without this, `Task(guardrail=guard)` fails once the task runs.
         self.__wrapped__ = self.__call__
-        self._controls(agent, base_url, api_key, model, max_len, head_max_len, lang,
-                       min_confidence, task, lang_guess, hooks, on_predict_start, on_predict_end,
-                       hooks_raise, hooks_timeout)
+        self._keep_controls(controls)
 
     def _default_questions(self) -> Dict[str, Any]:
         from ..laya.presets import guard_questions
@@ -325,9 +237,7 @@ class LayaTaskGuard(_Decides):
         """(violations, answers, raw decision) for `text`."""
         questions = self.questions if self.questions is not None else self._default_questions()
         res = self._decide(text, questions)
-        where = where_of(self.base_url)
-        answers = answers_map(res, where)
-        found = violations(answers, questions, self.threshold, where)
+        found, answers = screen(res, questions, self.threshold, self.caller.where)
         return found, answers, res
 
     def _error(self, violations: Dict[str, Any], res: Dict[str, Any]) -> LayaTaskGuardError:

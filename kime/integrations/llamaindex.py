@@ -14,7 +14,7 @@ LlamaIndex at all.
 
 Every class takes `agent=` (a `kime.load` agent or a `kime.Router`), or `base_url=` / `api_key=`
 for a laya-serve-compatible server, or neither (the shared default `kime.Router()`), and the
-per-call controls of `kime.integrations.controls`, which `runner.execute_decision` routes.
+per-call controls (`kime.integrations.caller`).
 """
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Dict, Optional
 
-from .llamaindex_common import (DecisionControls, gated_confidence, query_text)
+from .caller import takes_controls
+from .llamaindex_common import DecisionControls, query_text
+from .reading import Unanswered, pick
 
 if TYPE_CHECKING:  # at run time, module __getattr__ below (they import llama-index-core)
     from .llamaindex_selectors import LayaMultiSelector, LayaSingleSelector
@@ -43,17 +45,12 @@ class LayaQueryRouter(DecisionControls):
     `fallback_key` (default: the first key), as is a choice that names no engine.
     """
 
+    @takes_controls()
     def __init__(self, query_engines: Dict[str, Any],
                  descriptions: Optional[Dict[str, str]] = None,
                  instructions: str = "Which query engine should handle this request?",
-                 confidence_threshold: float = 0.0, fallback_key: Optional[str] = None,
-                 agent: Any = None, base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
-                 min_confidence: Optional[float] = None, task: Optional[str] = None,
-                 lang_guess: Any = None, hooks: Any = None, on_predict_start: Any = None,
-                 on_predict_end: Any = None, hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None) -> None:
+                 confidence_threshold: float = 0.0, fallback_key: Optional[str] = None, *,
+                 controls: Dict[str, Any]) -> None:
         # laya reads `.keys()` off whatever it is given and fails with AttributeError; a clear
         # refusal naming the argument instead.
         if not isinstance(query_engines, Mapping):
@@ -64,23 +61,24 @@ class LayaQueryRouter(DecisionControls):
         self.instructions = instructions
         self.confidence_threshold = confidence_threshold
         self.fallback_key = fallback_key or next(iter(query_engines.keys()), None)
-        self._keep_controls(locals())
+        self._keep_controls(controls)
 
     def route(self, query: Any) -> str:
-        """The key of the engine that should answer `query` (a `str` or `QueryBundle`)."""
+        """The key of the engine that should answer `query` (a `str` or `QueryBundle`): the
+        reply's pick, or `fallback_key` under the threshold, or for a reply that answers
+        without naming an engine (laya's rule; a reply that cannot be read is refused)."""
         criteria = {key: self.descriptions.get(key, "Engine for %s" % key)
                     for key in self.query_engines}
         decision = self._decide(query_text(query), {"route": {
             "type": "choice", "instructions": self.instructions, "criteria": criteria}})
-        answer = self._answer(decision, "route")
-        chosen = self._chosen(answer)
-        conf = gated_confidence(answer)
-        if self.confidence_threshold > 0.0 and conf < self.confidence_threshold \
-                and self.fallback_key:
+        try:
+            chosen = pick(decision, "route", list(criteria), self._where(),
+                          self.confidence_threshold)
+        except Unanswered:
+            return self.fallback_key or next(iter(self.query_engines))
+        if chosen.low and self.fallback_key:
             return self.fallback_key
-        if chosen in self.query_engines:
-            return chosen
-        return self.fallback_key or next(iter(self.query_engines))
+        return chosen.key
 
     def query(self, query: Any, **kwargs: Any) -> Any:
         """Route `query`, then answer it with that engine's `query` (or by calling it)."""

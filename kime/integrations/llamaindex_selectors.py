@@ -12,15 +12,14 @@ dict), and a `str` or `QueryBundle` query. `aselect` runs the decision in a work
 from __future__ import annotations
 
 import asyncio
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llama_index.core.prompts.mixin import PromptDictType
 from llama_index.core.selectors import BaseSelector, SelectorResult, SingleSelection
 
-from .errors import LayaLowConfidenceError
-from .guard import malformed, probability_map
-from .llamaindex_common import (DecisionControls, choice_criteria, choice_name,
-                                gated_confidence, query_text)
+from .caller import takes_controls
+from .llamaindex_common import DecisionControls, choice_criteria, choice_name, query_text
+from .reading import answer_to, choose, probability_map
 
 
 class _LayaSelector(DecisionControls, BaseSelector):
@@ -35,15 +34,15 @@ class _LayaSelector(DecisionControls, BaseSelector):
     def _update_prompts(self, prompts: PromptDictType) -> None:
         return None
 
-    def _ask(self, choices: Sequence[Any], query: Any) -> tuple:
-        """Decide over `choices`: (query text, criteria, the answer to "selector", decision)."""
+    def _ask(self, choices: Sequence[Any], query: Any) -> Tuple[str, List[str], Any]:
+        """Decide over `choices`: (query text, the criteria's keys, the decision)."""
         if not choices:
             raise ValueError("No choices provided to select from.")
         text = query_text(query)
         criteria = choice_criteria(choices)
         decision = self._decide(text, {"selector": {
             "type": "choice", "instructions": self.instructions, "criteria": criteria}})
-        return text, criteria, self._answer(decision, "selector"), decision
+        return text, list(criteria), decision
 
     def select(self, choices: Sequence[Any], query: Any) -> SelectorResult:
         """Select from `choices` for `query` (a `str` or `QueryBundle`)."""
@@ -68,53 +67,30 @@ class LayaSingleSelector(_LayaSelector):
     set, else `LayaLowConfidenceError` when `raise_on_low_confidence`, else the choice as made.
     """
 
+    @takes_controls()
     def __init__(self,
                  instructions: str = "Which tool or query engine is best suited to answer this "
                                      "query?",
                  confidence_threshold: float = 0.0, fallback_index: Optional[int] = None,
-                 raise_on_low_confidence: bool = False, agent: Any = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
-                 min_confidence: Optional[float] = None, task: Optional[str] = None,
-                 lang_guess: Any = None, hooks: Any = None, on_predict_start: Any = None,
-                 on_predict_end: Any = None, hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None) -> None:
+                 raise_on_low_confidence: bool = False, *, controls: Dict[str, Any]) -> None:
         self.instructions = instructions
         self.confidence_threshold = confidence_threshold
         self.fallback_index = fallback_index
         self.raise_on_low_confidence = raise_on_low_confidence
-        self._keep_controls(locals())
+        self._keep_controls(controls)
 
     def _select(self, choices: Sequence[Any], query: Any) -> SelectorResult:
-        text, criteria, answer, decision = self._ask(choices, query)
-        chosen = self._chosen(answer)
-        conf = gated_confidence(answer)
-        index = 0  # no usable choice: the first candidate, as laya does
-        if chosen and chosen.startswith("choice_"):
-            try:
-                index = int(chosen.split("_")[1])
-            except (ValueError, IndexError):
-                index = 0
-            # laya indexes `choices` with it and raises IndexError (or, for "choice_-1", picks
-            # the last candidate); a reply naming no candidate is refused as malformed instead.
-            if not 0 <= index < len(choices):
-                raise malformed(self._where(), "'choice' %r names none of the %d choices"
-                                % (chosen, len(choices)))
-        elif chosen in criteria:
-            index = list(criteria).index(chosen)
+        text, keys, decision = self._ask(choices, query)
         threshold = self.confidence_threshold
-        if threshold > 0.0 and conf < threshold:
-            if self.fallback_index is not None:
-                return _result([(self.fallback_index, (
-                    "Selected fallback index %s because confidence (%.3f) was below threshold "
-                    "(%.3f)." % (self.fallback_index, conf, threshold)))])
-            if self.raise_on_low_confidence:
-                raise LayaLowConfidenceError(
-                    "Confidence %.3f below threshold %.3f for query: %r" % (conf, threshold, text),
-                    confidence=conf, threshold=threshold, raw_decision=decision)
+        index, chosen, fell_back = choose(
+            decision, "selector", keys, self._where(), threshold, self.fallback_index,
+            self.raise_on_low_confidence, "Confidence %.3f below threshold %.3f for query: %r",
+            text)
+        if fell_back:
+            return _result([(index, "Selected fallback index %s because confidence (%.3f) was "
+                             "below threshold (%.3f)." % (index, chosen.shown, threshold))])
         return _result([(index, "Selected '%s' via Laya System 1 decision (confidence: %.3f)."
-                         % (choice_name(choices[index], index), conf))])
+                         % (choice_name(choices[index], index), chosen.shown))])
 
 
 class LayaMultiSelector(_LayaSelector):
@@ -123,30 +99,24 @@ class LayaMultiSelector(_LayaSelector):
     probable one alone when none reaches the threshold. (`default_index` is kept as laya keeps
     it: stored, never read.)"""
 
+    @takes_controls()
     def __init__(self,
                  instructions: str = "Which tools or query engines are relevant to answer this "
                                      "query?",
                  max_outputs: Optional[int] = None, probability_threshold: float = 0.25,
-                 default_index: int = 0, agent: Any = None, base_url: Optional[str] = None,
-                 api_key: Optional[str] = None, model: Optional[str] = None,
-                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                 lang: Optional[str] = None, min_confidence: Optional[float] = None,
-                 task: Optional[str] = None, lang_guess: Any = None, hooks: Any = None,
-                 on_predict_start: Any = None, on_predict_end: Any = None,
-                 hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None) -> None:
+                 default_index: int = 0, *, controls: Dict[str, Any]) -> None:
         self.instructions = instructions
         self.max_outputs = max_outputs
         self.probability_threshold = probability_threshold
         self.default_index = default_index
-        self._keep_controls(locals())
+        self._keep_controls(controls)
 
     def _select(self, choices: Sequence[Any], query: Any) -> SelectorResult:
-        _, criteria, answer, _ = self._ask(choices, query)
-        keys = list(criteria)
-        # Only the caller's own keys, each a finite number: an extra key cannot win, and a
-        # string or a `true` is refused rather than ranked.
-        probs = probability_map(answer, keys, self._where())
+        _, keys, decision = self._ask(choices, query)
+        # Only the caller's own keys, each there as a finite number: an extra key cannot win,
+        # and a missing one, a string or a `true` is refused rather than ranked.
+        where = self._where()
+        probs = probability_map(answer_to(decision, "selector", where), keys, where)
         ranked = sorted(range(len(keys)), key=lambda i: probs[keys[i]], reverse=True)
         threshold = self.probability_threshold
         picked: List[tuple] = []

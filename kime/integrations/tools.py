@@ -4,7 +4,7 @@ One `choice` question whose options are the candidate tools (`tool_0`, `tool_1`,
 `direct_answer` when answering without a tool is allowed) replaces an LLM's tool call. A tool can
 be a `"name: description"` string, an OpenAI-style or plain dict, a LlamaIndex tool (`metadata`),
 anything with `name`/`description` (LangChain, CrewAI), or a function (its docstring's first
-line). The decision runs where `kime.integrations.runner` sends it; a body the selector cannot
+line). The decision runs where `kime.integrations.caller` sends it; a body the selector cannot
 read, a low or unusable confidence, or an unknown choice goes to `fallback_tool` when one is set,
 else raises. No framework is needed; `as_runnable` uses LangChain's when it is installed.
 """
@@ -15,9 +15,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
-from ..laya.confidence import gate_confidence, check_min_confidence
+from ..client import MalformedReply
+from ..laya.confidence import check_min_confidence, gate_confidence
+from .caller import Controlled, takes_controls
 from .errors import LayaLowConfidenceError
-from .runner import execute_decision
 
 __all__ = ["LayaToolSelector", "ToolRouteDecision", "LayaLowConfidenceError"]
 
@@ -86,8 +87,9 @@ def tools_criteria(tools: Sequence[Any], allow_direct_answer: bool = False,
 
 
 def _named_probabilities(raw: Any, lookup: Lookup) -> Optional[Dict[str, float]]:
-    """The answer's probabilities keyed by tool name, or None when a value is not a number (a
-    bool included: `float(True)` would read as 1.0). Numeric strings are accepted, as laya does."""
+    """The answer's probabilities keyed by tool name, or None when a value is not a finite
+    number (a bool included: `float(True)` would read as 1.0; NaN compares as nothing).
+    Numeric strings are accepted, as laya does."""
     named: Dict[str, float] = {}
     if not isinstance(raw, dict):
         return named
@@ -98,11 +100,13 @@ def _named_probabilities(raw: Any, lookup: Lookup) -> Optional[Dict[str, float]]
             value = float(prob)
         except (TypeError, ValueError):
             return None
+        if not math.isfinite(value):
+            return None
         named[lookup[key][2] if key in lookup else key] = value
     return named
 
 
-class LayaToolSelector:
+class LayaToolSelector(Controlled):
     """Picks the tool (or a direct answer) for a request in one forward pass, no token generated.
 
     `agent` is a `kime.load` agent or a `kime.Router`; `base_url`/`api_key` a laya-serve-compatible
@@ -110,18 +114,13 @@ class LayaToolSelector:
     decision, `min_confidence` when it is unset; the per-call controls are `controls`' rule.
     """
 
+    @takes_controls(omit=("task", "lang_guess"))
     def __init__(self, tools: Optional[Sequence[Any]] = None,
                  instructions: str = "Which tool should be called to handle the user request?",
                  allow_direct_answer: bool = False,
                  direct_answer_description: str = DIRECT_ANSWER,
                  confidence_threshold: Optional[float] = None, fallback_tool: Optional[Any] = None,
-                 agent: Optional[Any] = None, base_url: Optional[str] = None,
-                 api_key: Optional[str] = None, model: Optional[str] = None,
-                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                 lang: Optional[str] = None, min_confidence: Optional[float] = None,
-                 hooks: Optional[Any] = None, on_predict_start: Optional[Any] = None,
-                 on_predict_end: Optional[Any] = None, hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None) -> None:
+                 *, controls: Dict[str, Any]) -> None:
         self.tools = list(tools) if tools is not None else None
         self.instructions = instructions
         self.allow_direct_answer = bool(allow_direct_answer)
@@ -136,21 +135,9 @@ class LayaToolSelector:
         self.confidence_threshold = (None if confidence_threshold is None
                                      else float(confidence_threshold))
         self.fallback_tool = fallback_tool
-        self.agent = agent
-        self.base_url = base_url
-        self.api_key = api_key
-        self.model = model
-        self.max_len = max_len
-        self.head_max_len = head_max_len
-        self.lang = lang
-        if min_confidence is not None:
-            check_min_confidence(min_confidence)
-        self.min_confidence = min_confidence
-        self.hooks = hooks
-        self.on_predict_start = on_predict_start
-        self.on_predict_end = on_predict_end
-        self.hooks_raise = hooks_raise
-        self.hooks_timeout = hooks_timeout
+        if controls["min_confidence"] is not None:
+            check_min_confidence(controls["min_confidence"])
+        self._keep_controls(controls)
 
     def _fallback(self, reason: str, result: Any, confidence: float = 0.0,
                   probabilities: Optional[Dict[str, float]] = None) -> ToolRouteDecision:
@@ -160,14 +147,14 @@ class LayaToolSelector:
                                  reason=reason, is_direct_answer=False, is_fallback=True,
                                  raw_decision=result)
 
-    def _decide(self, state: Any, questions: Dict[str, Any]) -> Any:
-        # strict=False: a malformed server body reaches `select`, whose fallback absorbs it.
-        return execute_decision(
-            state, questions, agent=self.agent, base_url=self.base_url, api_key=self.api_key,
-            model=self.model, max_len=self.max_len, head_max_len=self.head_max_len,
-            lang=self.lang, min_confidence=self.min_confidence, hooks=self.hooks,
-            on_predict_start=self.on_predict_start, on_predict_end=self.on_predict_end,
-            hooks_raise=self.hooks_raise, hooks_timeout=self.hooks_timeout, strict=False)
+    def _ask(self, state: Any, questions: Dict[str, Any]) -> Any:
+        """The decision, or the body of a reply that is not one: laya's selector reads it and
+        routes what it cannot read to the fallback tool."""
+        try:
+            return self._decide(state, questions)
+        except MalformedReply as exc:
+            self.last_decision = exc.body
+            return exc.body
 
     def select(self, state: Union[str, dict, list, Any], tools: Optional[Sequence[Any]] = None,
                instructions: Optional[str] = None) -> ToolRouteDecision:
@@ -182,7 +169,7 @@ class LayaToolSelector:
         question = {"type": "choice", "instructions": instructions or self.instructions,
                     "criteria": criteria}
         payload = state if isinstance(state, (str, dict, list)) else str(state)
-        result = self._decide(payload, {QUESTION_ID: question})
+        result = self._ask(payload, {QUESTION_ID: question})
         has_fallback = self.fallback_tool is not None
 
         answers = result.get("answers") if isinstance(result, dict) else None

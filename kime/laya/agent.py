@@ -20,16 +20,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..cache import ANSWER_CACHE
 from ..engine import Kime
-from ..errors import InvalidRequest, problem, warn_caller
 from ..render import State
-from . import wire
 from .calibration import Calibration
 from .call import agent_call
 from .confidence import MinConfidence
 from .device import TorchLikeDevice, choose
+from .decider import Answers
 from .driver import Step, run, run_async
-from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, aggregate_usage,
-                    normalise_hooks, validate_timeout)
+from .hooks import (HookArg, HookRegistry, PredictHookArg, normalise_hooks, validate_timeout)
+from .options import ROUTING_HINTS, CallOptions, refuse_unread
 from .loading import (DEFAULT_MODEL, backend_name, builtin_alias, checkpoint_dir,
                       resolved_languages)
 from .revisions import verify_digests
@@ -38,14 +37,19 @@ from .revisions import verify_digests
 Questions = Dict[Any, Dict[str, Any]]
 
 
-def _as_list(value: Any) -> List[Any]:
-    """A per-call hook argument (None, one hook, or several) as a list."""
-    if value is None:
-        return []
-    return list(value) if isinstance(value, (list, tuple)) else [value]
+def own(options: CallOptions, where: str) -> CallOptions:
+    """`options` for an Agent: a routing hint is refused (Laya's integrations' wording), and so
+    is a `model` pin, which names a checkpoint this agent cannot switch to."""
+    refuse_unread(options, _one_checkpoint, where, ("model",) + ROUTING_HINTS)
+    return options
 
 
-class Agent(HookRegistry):
+def _one_checkpoint() -> None:
+    """What an Agent reads of the options that choose a checkpoint: none (the signature
+    `refuse_unread` asks)."""
+
+
+class Agent(HookRegistry, Answers):
     """A Laya checkpoint behind Laya's `Agent` API. Build it with `kime.load` (or
     `Agent(model_id_or_path, ...)`, Laya's constructor), or around a loaded engine:
     `Agent(kime.Kime(...))`.
@@ -208,9 +212,8 @@ class Agent(HookRegistry):
         Laya's order: start hooks, validation and inference, the gate, end hooks; `on_error`
         on a failure. `hooks_raise` / `hooks_timeout` override the agent's for this call.
         """
-        return run(self._call(states, questions, batch_size, lang, hooks, on_predict_start,
-                              on_predict_end, hooks_raise, hooks_timeout, max_len, head_max_len,
-                              min_confidence))
+        options = CallOptions.take(locals())
+        return run(agent_call(self, states, questions, options, batch_size=batch_size))
 
     def system_one(self, state: State, questions: Questions, lang: Optional[str] = None,
                    hooks: HookArg = None, on_predict_start: PredictHookArg = None,
@@ -220,11 +223,7 @@ class Agent(HookRegistry):
                    min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
         """Answer typed questions about one state (every question in one forward pass): Laya's
         result dict with `model`, `answers` and `usage`. Arguments as in `predict_batch`."""
-        return self.predict_batch([state], questions, lang=lang, hooks=hooks,
-                                  on_predict_start=on_predict_start,
-                                  on_predict_end=on_predict_end, hooks_raise=hooks_raise,
-                                  hooks_timeout=hooks_timeout, max_len=max_len,
-                                  head_max_len=head_max_len, min_confidence=min_confidence)[0]
+        return run(agent_call(self, [state], questions, CallOptions.take(locals())))[0]
 
     predict = system_one
 
@@ -242,9 +241,9 @@ class Agent(HookRegistry):
                                   ) -> List[Dict[str, Any]]:
         """`predict_batch` for asyncio: the loop never blocks (hooks, when there are any, run on
         a worker thread), and cancelling the task drops rows not yet on the device."""
-        return await run_async(self._call(states, questions, batch_size, lang, hooks,
-                                          on_predict_start, on_predict_end, hooks_raise,
-                                          hooks_timeout, max_len, head_max_len, min_confidence))
+        options = CallOptions.take(locals())
+        return await run_async(agent_call(self, states, questions, options,
+                                          batch_size=batch_size))
 
     async def predict_async(self, state: State, questions: Questions, lang: Optional[str] = None,
                             hooks: HookArg = None, on_predict_start: PredictHookArg = None,
@@ -254,10 +253,19 @@ class Agent(HookRegistry):
                             head_max_len: Optional[int] = None,
                             min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
         """`predict` for asyncio."""
-        return (await self.predict_batch_async(
-            [state], questions, lang=lang, hooks=hooks, on_predict_start=on_predict_start,
-            on_predict_end=on_predict_end, hooks_raise=hooks_raise, hooks_timeout=hooks_timeout,
-            max_len=max_len, head_max_len=head_max_len, min_confidence=min_confidence))[0]
+        return (await run_async(agent_call(self, [state], questions,
+                                           CallOptions.take(locals()))))[0]
+
+    # --- the Decider protocol (`kime.laya.decider`): a routing hint or a pin is refused ----
+
+    def _one(self, state: State, questions: Questions,
+             options: CallOptions) -> "Step[Dict[str, Any]]":
+        return (yield from agent_call(self, [state], questions, own(options, "Agent.predict")))[0]
+
+    def _many(self, states: List[State], questions: Questions, options: CallOptions,
+              batch_size: Optional[int]) -> "Step[List[Dict[str, Any]]]":
+        return agent_call(self, states, questions, own(options, "Agent.predict_batch"),
+                          batch_size=batch_size)
 
     def predict_long(self, state: State, questions: Questions, window: Optional[int] = None,
                      stride: Optional[int] = None, aggregate: str = "auto",
@@ -275,44 +283,10 @@ class Agent(HookRegistry):
         A hook that answers (`ctx.skip`) gives one unattributed result with `windows` 0; one
         that replaces the windows gets the answers of the states it left, unattributed.
         """
-        from .long import combine, plan
+        from .long import scan_long
 
-        p = plan(self, state, questions, window, stride, aggregate, batch_size, lang)
-        seen: Dict[str, Any] = {"answered": False, "states": None}
-
-        def probe(ctx: PredictContext) -> None:  # last start hook: what inference will act on
-            seen["answered"] = ctx.results is not None
-            seen["states"] = list(ctx.states)
-
-        starts = list(_as_list(on_predict_start)) + [probe]
-        hook_kw: Dict[str, Any] = dict(hooks=hooks, on_predict_start=starts,
-                                       on_predict_end=on_predict_end, hooks_raise=hooks_raise,
-                                       hooks_timeout=hooks_timeout)
-        if p.fits:
-            single = dict(self.system_one(state, questions, lang, **hook_kw))
-            single["usage"] = {**(single.get("usage") or {}),
-                               "windows": 0 if seen["answered"] else 1}
-            return single
-        results = self.predict_batch(list(p.windows), questions, batch_size=batch_size,
-                                     lang=lang, **hook_kw)
-        if seen["answered"]:
-            if len(results) != 1:
-                raise InvalidRequest([problem(["hooks"], "predict_long: a start hook answered "
-                                              "this state with %d results; ctx.skip() takes one "
-                                              "result for the document, not one per window"
-                                              % len(results), "value_error.hooks", len(results))])
-            warn_caller("kime: predict_long: a hook answered the state before it was scanned, so "
-                        "no window decided the result and none is reported")
-            document = dict(results[0])
-            document["usage"] = {**(document.get("usage") or {}), "windows": 0}
-            return document
-        rewritten = seen["states"] is not None and seen["states"] != p.windows
-        if not results:
-            warn_caller("kime: predict_long: a start hook left no states to score, so the call "
-                        "aggregated nothing and returns no answers")
-            return {"model": wire.LAYA_MODEL, "answers": {},
-                    "usage": {**aggregate_usage(results), "windows": 0}}
-        return combine(p, results, attributed=not rewritten)
+        return scan_long(self, state, questions, window, stride, aggregate, batch_size,
+                         CallOptions.take(locals()))
 
     def decide(self, state: State, schema: Any = None, *, questions: Optional[Questions] = None,
                return_details: bool = False, min_confidence: Optional[MinConfidence] = None,
@@ -373,18 +347,6 @@ class Agent(HookRegistry):
 
     def __repr__(self) -> str:
         return "Agent(model_id=%r, device=%s)" % (self.model_id, self.device)
-
-    # --- the steps --------------------------------------------------------------------------
-
-    def _call(self, states: Any, questions: Any, batch_size: Any, lang: Optional[str],
-              hooks: HookArg, on_predict_start: PredictHookArg, on_predict_end: PredictHookArg,
-              hooks_raise: Optional[bool], hooks_timeout: Optional[float],
-              max_len: Optional[int], head_max_len: Optional[int],
-              min_confidence: Any) -> "Step[List[Dict[str, Any]]]":
-        return agent_call(self, states, questions, batch_size=batch_size, lang=lang, hooks=hooks,
-                          on_predict_start=on_predict_start, on_predict_end=on_predict_end,
-                          hooks_raise=hooks_raise, hooks_timeout=hooks_timeout, max_len=max_len,
-                          head_max_len=head_max_len, min_confidence=min_confidence)
 
 
 def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[str] = None,

@@ -21,9 +21,14 @@ Router ran them). Where Laya's two Router paths differ, each is kept: `predict` 
 language it routed on to the agent, `predict_batch` groups (and passes) a language only for an
 agent with `lang_temperatures`, since the language changes nothing else.
 
-Each function returns a `driver.Step`: `driver.run` answers it in the calling thread,
-`driver.run_async` on an event loop. An agent-like object attached to a Router by hand (not a
-`kime.Agent`) is called through its own synchronous `system_one`/`predict_batch`.
+Each function takes the call's `options.CallOptions` whole and returns a `driver.Step`:
+`driver.run` answers it in the calling thread, `driver.run_async` on an event loop, one step
+at a time in the same order (a Router's checkpoints one after another, as Laya answers them),
+so both give the same results and hooks. No step is yielded from an exception handler: a
+failure is kept, the handlers' hooks run after it, and it is raised last, so a pipeline
+dropped half-way closes without a "generator ignored GeneratorExit". An agent-like object
+attached to a Router by hand (not a `kime.Agent`) is called through its own synchronous
+`system_one`/`predict_batch`.
 """
 from __future__ import annotations
 
@@ -36,13 +41,18 @@ from ..errors import InvalidRequest, problem
 from ..request import Request, check_states, questions_arg_problems, raise_if, validated_questions
 from . import wire
 from .confidence import MinConfidence, check_min_confidence
-from .driver import Blocking, Engine, Infer, Step, Together
-from .hooks import HookArg, HookOwner, PredictContext, PredictHookArg, defaults_skipped
+from .driver import Blocking, Engine, Infer, Step
+from .hooks import HookArg, HookOwner, PredictContext, defaults_skipped
+from .options import NO_OPTIONS, PER_REQUEST, CallOptions, reads
 from .routing import RouteDecision, refusal
 from .scope import HookScope, open_scope
 from .wire import AnswerConfidence
 
 Result = Dict[str, Any]
+ROUTE_OPTIONS = ("model", "task", "lang", "lang_guess", "hooks", "hooks_raise", "hooks_timeout")
+"""What `Router.route` takes of a call's options."""
+HOOK_ROUTE_OPTIONS = ("hooks", "hooks_raise", "hooks_timeout")
+"""What `Router.route_batch` takes of a batch call's options."""
 
 
 class Calibrating(Protocol):
@@ -147,6 +157,14 @@ def grouped(keys: Sequence[Any]) -> List[List[int]]:
     return list(groups.values())
 
 
+def batch_requests(states: Sequence[Any], questions: Any,
+                   options: CallOptions) -> List[Dict[str, Any]]:
+    """One Router request per state, each carrying the options a request carries (its
+    routing and budgets)."""
+    carried = options.given(*PER_REQUEST)
+    return [dict(carried, state=state, questions=questions) for state in states]
+
+
 def said_language(lang: Any, decision: Any) -> Any:
     """The language a routed request is answered in: the caller's, else the one detected."""
     if lang is not None:
@@ -156,40 +174,36 @@ def said_language(lang: Any, decision: Any) -> Any:
 
 # --- 4-6. one agent -----------------------------------------------------------------------------
 
-def agent_call(agent: Answering, states: Any, questions: Any, *,
-               batch_size: Optional[int] = None, lang: Optional[str] = None,
-               hooks: HookArg = None, on_predict_start: PredictHookArg = None,
-               on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
-               hooks_timeout: Optional[float] = None, max_len: Optional[int] = None,
-               head_max_len: Optional[int] = None,
-               min_confidence: Optional[MinConfidence] = None, sort_by_length: bool = False,
+def agent_call(agent: Answering, states: Any, questions: Any, options: CallOptions = NO_OPTIONS,
+               *, batch_size: Optional[int] = None,
                skip_defaults: bool = False) -> Step[List[Result]]:
     """`Agent.predict_batch`: one context for the call; start hooks, checks, the engine per
-    chunk, then the gate and end hooks. `sort_by_length` changes nothing: rows are never
-    padded, so a row's answer does not depend on its batch."""
-    scope = open_scope(agent, hooks, on_predict_start, on_predict_end, hooks_raise,
-                       hooks_timeout, gate_of(min_confidence), skip_defaults)
-    ctx = scope.context(states, questions, model=agent.model_id, agent=agent, max_len=max_len,
-                        head_max_len=head_max_len)
+    chunk, then the gate and end hooks. `options`' routing hints are not an agent's (its
+    callers refuse them); `sort_by_length` changes nothing here: rows are never padded, so a
+    row's answer does not depend on its batch."""
+    scope = open_scope(agent, options, gate_of(options.min_confidence), skip_defaults)
+    ctx = scope.context(states, questions, model=agent.model_id, agent=agent,
+                        max_len=options.max_len, head_max_len=options.head_max_len)
+    error: Optional[BaseException] = None
     try:
         yield scope.step(scope.start, ctx)
         if ctx.results is None:
             answers, chunks = chunked(ctx.states, ctx.questions, batch_size, ctx.max_len,
                                       ctx.head_max_len)
             if answers is None:
-                temps = agent.calibration.temperatures(lang)
-                conf = agent.calibration.answer_conf(lang)
+                temps = agent.calibration.temperatures(options.lang)
+                conf = agent.calibration.answer_conf(options.lang)
                 answers = []
                 for chunk in chunks:
                     responses = yield Infer(agent.engine, chunk, temps)
                     answers.extend(wire.result(r, conf) for r in responses)
             ctx.results = answers
+    except GeneratorExit:
+        raise  # dropped half-way: no driver is left to run hooks
     except BaseException as exc:
-        yield scope.step(scope.fail, ctx, exc)
-        raise
-    finally:
-        yield scope.step(scope.finish, ctx)
-    return ctx.results
+        error = exc
+    yield from scope.end(ctx, error)
+    return ctx.results  # type: ignore[return-value]  # set, or `end` raised
 
 
 def agent_requests(agent: Answering, requests: Sequence[Dict[str, Any]],
@@ -201,42 +215,43 @@ def agent_requests(agent: Answering, requests: Sequence[Dict[str, Any]],
     results: List[Any] = [None] * len(requests)
     for indices in grouped(keys):
         first = requests[indices[0]]
-        answers = yield from agent_call(
-            agent, [requests[i]["state"] for i in indices], first["questions"],
-            lang=first.get("lang"), max_len=first.get("max_len"),
-            head_max_len=first.get("head_max_len"), min_confidence=min_confidence)
+        options = CallOptions(lang=first.get("lang"), max_len=first.get("max_len"),
+                              head_max_len=first.get("head_max_len"),
+                              min_confidence=min_confidence)
+        answers = yield from agent_call(agent, [requests[i]["state"] for i in indices],
+                                        first["questions"], options)
         for i, result in zip(indices, answers):
             results[i] = result
     return results
 
 
 def call_object(method: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call an attached agent-like object's method with the process defaults left out,
-    retrying without `lang` / `sort_by_length` for one whose method predates them (Laya)."""
+    """Call an attached agent-like object's method with the process defaults left out, and
+    without `lang` / `sort_by_length` when its signature has no place for them (Laya's own
+    agents predate both). Asked of the signature first, never by retrying after a TypeError:
+    the first call may have had effects."""
+    dropped = [k for k in ("lang", "sort_by_length") if not reads(method, k)]
     with defaults_skipped():
-        try:
-            return method(*args, **kwargs)
-        except TypeError as exc:
-            dropped = [k for k in ("lang", "sort_by_length") if kwargs.get(k) is not None
-                       and "unexpected keyword argument '%s'" % k in str(exc)]
-            if not dropped:
-                raise
-            return method(*args, **{k: v for k, v in kwargs.items() if k not in dropped})
+        return method(*args, **{k: v for k, v in kwargs.items() if k not in dropped})
 
 
-def _answer_group(agent: Any, states: List[Any], questions: Any, options: Dict[str, Any],
-                  batch_size: Optional[int], single: bool) -> Step[List[Result]]:
+def _answer_group(agent: Any, states: List[Any], questions: Any, options: CallOptions,
+                  batch_size: Optional[int], single: bool,
+                  sort_by_length: bool = False) -> Step[List[Result]]:
     """One group's forward passes on a Router's agent: the agent's own call when it is a kime
     Agent, else its method (`system_one` for `Router.predict`, as Laya calls it)."""
     if _is_agent(agent):
-        return (yield from agent_call(agent, states, questions, batch_size=batch_size,
-                                      skip_defaults=True, **options))
+        return (yield from agent_call(agent, states, questions, options, batch_size=batch_size,
+                                      skip_defaults=True))
+    given = options.given()
     if single:
         result = yield Blocking(lambda: call_object(agent.system_one, states[0], questions,
-                                                    **options))
+                                                    **given))
         return [result]
+    if sort_by_length:
+        given["sort_by_length"] = True
     return (yield Blocking(lambda: call_object(agent.predict_batch, states, questions,
-                                               batch_size=batch_size, **options)))
+                                               batch_size=batch_size, **given)))
 
 
 # --- 2-6. a Router ------------------------------------------------------------------------------
@@ -247,30 +262,23 @@ def _lease(router: Routing, key: str) -> Blocking:
     return Blocking(lambda: router.acquire(key), undo=router.release)
 
 
-def router_one(router: Routing, state: Any, questions: Any, *, model: Optional[str] = None,
-               task: Optional[str] = None, lang: Optional[str] = None, lang_guess: Any = None,
-               hooks: HookArg = None, on_predict_start: PredictHookArg = None,
-               on_predict_end: PredictHookArg = None,
-               hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
-               max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-               min_confidence: Optional[MinConfidence] = None,
-               long: Optional[Callable[[PredictContext], Result]] = None,
+def router_one(router: Routing, state: Any, questions: Any, options: CallOptions = NO_OPTIONS,
+               *, long: Optional[Callable[[PredictContext], Result]] = None,
                decision: Optional[RouteDecision] = None) -> Step[Result]:
     """`Router.predict` (and `predict_long`, with `long`: `long.LongScan`, what runs on the
     context in place of the agent's call): route, lease, start hooks, the agent's call,
     `routing` on the result, the gate, end hooks. `decision` skips routing (the server routed
     already)."""
     check_one(state, questions)
-    scope = open_scope(router, hooks, on_predict_start, on_predict_end, hooks_raise,
-                       hooks_timeout, gate_of(min_confidence))
-    ctx = scope.context([state], questions, router=router, max_len=max_len,
-                        head_max_len=head_max_len)
+    scope = open_scope(router, options, gate_of(options.min_confidence))
+    ctx = scope.context([state], questions, router=router, max_len=options.max_len,
+                        head_max_len=options.head_max_len)
     agent = None
+    error: Optional[BaseException] = None
     try:
         if decision is None:
             decision = yield Blocking(lambda: router.route(
-                state, questions, model=model, task=task, lang=lang, lang_guess=lang_guess,
-                hooks=hooks, hooks_raise=hooks_raise, hooks_timeout=hooks_timeout))
+                state, questions, **options.given(*ROUTE_OPTIONS)))
         ctx.decision = dict(decision)
         ctx.model = decision["model"]
         agent = ctx.agent = yield _lease(router, router.resolve(ctx.model))
@@ -282,55 +290,51 @@ def router_one(router: Routing, state: Any, questions: Any, *, model: Optional[s
                 result = yield Blocking(lambda: long(ctx))
                 result.setdefault("routing", routed)
             else:
-                options = dict(budgets(ctx.max_len, ctx.head_max_len),
-                               lang=said_language(lang, decision))
+                asked = CallOptions(lang=said_language(options.lang, decision),
+                                    max_len=ctx.max_len, head_max_len=ctx.head_max_len)
                 result = (yield from _answer_group(agent, [ctx.states[0]], ctx.questions,
-                                                   options, None, single=True))[0]
+                                                   asked, None, single=True))[0]
                 result["routing"] = routed
             ctx.results = [result]
         else:  # answered by a start hook (a cache): it still promises `routing`
             for result in ctx.results:
                 if isinstance(result, dict):
                     result.setdefault("routing", dict(routed))
+    except GeneratorExit:
+        raise  # dropped half-way: no driver is left to run hooks
     except BaseException as exc:
-        yield scope.step(scope.fail, ctx, exc)
-        raise
+        error = exc
     finally:
         if agent is not None:
             router.release(agent)
-        yield scope.step(scope.finish, ctx)
-    return ctx.results[0]
+    yield from scope.end(ctx, error)
+    return ctx.results[0]  # type: ignore[index]  # set, or `end` raised
 
 
-def router_batch(router: Routing, requests: Sequence[Dict[str, Any]], *,
-                 batch_size: Optional[int] = None, hooks_timeout: Optional[float] = None,
-                 min_confidence: Optional[MinConfidence] = None, sort_by_length: bool = False,
-                 hooks: HookArg = None, on_predict_start: PredictHookArg = None,
-                 on_predict_end: PredictHookArg = None, hooks_raise: Optional[bool] = None,
-                 diagnostics: Optional[Dict[str, Any]] = None,
+def router_batch(router: Routing, requests: Sequence[Dict[str, Any]],
+                 options: CallOptions = NO_OPTIONS, *, batch_size: Optional[int] = None,
+                 sort_by_length: bool = False, diagnostics: Optional[Dict[str, Any]] = None,
                  decisions: Optional[List[RouteDecision]] = None) -> Step[List[Result]]:
     """`Router.predict_batch`: route every request, then per checkpoint (in order of first
-    appearance; concurrently under `run_async`) its requests' contexts, shared forward passes
-    per (question set, budgets, language), the gate and end hooks. `decisions` skips routing."""
-    gate = gate_of(min_confidence)
+    appearance) its requests' contexts, shared forward passes per (question set, budgets,
+    language), the gate and end hooks. `options` are the call's (the gate, hooks); each
+    request carries its own routing and budgets. `decisions` skips routing."""
+    gate = gate_of(options.min_confidence)
     if decisions is None:  # route_batch checks the requests' shapes first
         decisions = yield Blocking(lambda: router.route_batch(
-            requests, hooks=hooks, hooks_raise=hooks_raise, hooks_timeout=hooks_timeout))
+            requests, **options.given(*HOOK_ROUTE_OPTIONS)))
     if not decisions:
         return []
-    scope = open_scope(router, hooks, on_predict_start, on_predict_end, hooks_raise,
-                       hooks_timeout, gate)
+    scope = open_scope(router, options, gate)
     report = ({"groups": 0, "reordered": 0, "smallest": None, "largest": None}
               if sort_by_length and diagnostics is not None else None)
     keys = [router.resolve(d["model"]) for d in decisions]
-    by_checkpoint = grouped(keys)
-    contexts = yield Together([
-        _checkpoint(router, keys[indices[0]], indices, requests, decisions, scope, batch_size,
-                    sort_by_length, report) for indices in by_checkpoint])
     results: List[Any] = [None] * len(requests)
-    for indices, started in zip(by_checkpoint, contexts):
+    for indices in grouped(keys):
+        started = yield from _checkpoint(router, keys[indices[0]], indices, requests,
+                                         decisions, scope, batch_size, sort_by_length, report)
         for i, ctx in zip(indices, started):
-            results[i] = ctx.results[0]
+            results[i] = ctx.results[0]  # type: ignore[index]
     if any(r is None for r in results):
         raise RuntimeError("internal error: batch execution did not produce every result")
     if report is not None and diagnostics is not None:  # a report exists only for diagnostics
@@ -369,14 +373,11 @@ def _checkpoint(router: Routing, key: str, indices: List[int],
                 for i, ctx in waiting]
         for members in grouped(keys):
             items = [waiting[m] for m in members]
-            options: Dict[str, Any] = dict(keys[members[0]][1])
-            if keys[members[0]][2] is not None:
-                options["lang"] = keys[members[0]][2]
-            if sort_by_length:
-                options["sort_by_length"] = True
+            _, group_budgets, group_lang = keys[members[0]]
+            asked = CallOptions(lang=group_lang).but(**dict(group_budgets))
             answers = yield from _answer_group(agent, [ctx.states[0] for _, ctx in items],
-                                               items[0][1].questions, options, batch_size,
-                                               single=False)
+                                               items[0][1].questions, asked, batch_size,
+                                               single=False, sort_by_length=sort_by_length)
             if len(answers) != len(items):
                 raise RuntimeError("internal error: Agent.predict_batch returned %d results for "
                                    "%d states" % (len(answers), len(items)))
@@ -385,12 +386,15 @@ def _checkpoint(router: Routing, key: str, indices: List[int],
             for (i, ctx), result in zip(items, answers):
                 result["routing"] = dict(decisions[i])
                 ctx.results = [result]
+    except GeneratorExit:
+        raise  # dropped half-way: no driver is left to run hooks
     except BaseException as exc:
         error = exc
-        raise
     finally:
         router.release(agent)
-        yield scope.step(scope.finish_all, started, error)
+    yield scope.step(scope.finish_all, started, error)
+    if error is not None:
+        raise error
     return started
 
 

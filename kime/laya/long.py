@@ -25,7 +25,6 @@ the per-window results. `LongScan` is `Router.predict_long`'s step: the chosen a
 """
 from __future__ import annotations
 
-import inspect
 import warnings
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -36,8 +35,10 @@ from ..request import (Questions, questions_arg_problems, raise_if, state_proble
                        validated_questions)
 from . import wire
 from .calibration import normalise_lang
-from .call import said_language
-from .hooks import PredictContext, defaults_skipped
+from .call import agent_call, said_language
+from .driver import run
+from .hooks import PredictContext, aggregate_usage, as_sequence, defaults_skipped
+from .options import CallOptions, reads
 from .routing import refusal
 
 AGGREGATES = ("auto",)
@@ -199,18 +200,48 @@ def combine(p: Plan, results: List[Dict[str, Any]], attributed: bool = True) -> 
     return {"model": wire.LAYA_MODEL, "answers": answers, "usage": usage}
 
 
+def scan_long(agent: Any, state: State, questions: Any, window: Any, stride: Any,
+              aggregate: str, batch_size: Any, options: CallOptions) -> Dict[str, Any]:
+    """`Agent.predict_long`: plan the windows, answer them through the agent's own call (one
+    `predict` when the state fits, else one `predict_batch` over the window texts, so hooks see
+    what Laya's see), then combine. A start hook that answers (`ctx.skip`) gives one
+    unattributed result with `windows` 0; one that replaces the windows gets the answers of the
+    states it left, unattributed."""
+    p = plan(agent, state, questions, window, stride, aggregate, batch_size, options.lang)
+    seen: Dict[str, Any] = {"answered": False, "states": None}
+
+    def probe(ctx: PredictContext) -> None:  # last start hook: what inference will act on
+        seen["answered"] = ctx.results is not None
+        seen["states"] = list(ctx.states)
+
+    hooked = options.but(on_predict_start=list(as_sequence(options.on_predict_start)) + [probe])
+    if p.fits:
+        single = dict(run(agent_call(agent, [state], questions, hooked))[0])
+        single["usage"] = {**(single.get("usage") or {}),
+                           "windows": 0 if seen["answered"] else 1}
+        return single
+    results = run(agent_call(agent, list(p.windows), questions, hooked, batch_size=batch_size))
+    if seen["answered"]:
+        if len(results) != 1:
+            raise InvalidRequest([problem(["hooks"], "predict_long: a start hook answered "
+                                          "this state with %d results; ctx.skip() takes one "
+                                          "result for the document, not one per window"
+                                          % len(results), "value_error.hooks", len(results))])
+        warn_caller("kime: predict_long: a hook answered the state before it was scanned, so "
+                    "no window decided the result and none is reported")
+        document = dict(results[0])
+        document["usage"] = {**(document.get("usage") or {}), "windows": 0}
+        return document
+    rewritten = seen["states"] is not None and seen["states"] != p.windows
+    if not results:
+        warn_caller("kime: predict_long: a start hook left no states to score, so the call "
+                    "aggregated nothing and returns no answers")
+        return {"model": wire.LAYA_MODEL, "answers": {},
+                "usage": {**aggregate_usage(results), "windows": 0}}
+    return combine(p, results, attributed=not rewritten)
+
+
 # --- Router.predict_long -----------------------------------------------------------------------
-
-def _takes_lang(fn: Any) -> bool:
-    """Whether `fn` accepts `lang=` (or **kwargs); True when its signature cannot be read,
-    because silently dropping a language changes the answer."""
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except Exception:  # any failure to introspect means "unknown"
-        return True
-    return any((p.name == "lang" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
-               or p.kind is p.VAR_KEYWORD for p in params)
-
 
 class LongScan:
     """`Router.predict_long`'s work in place of the agent's call (`call.router_one`'s `long`):
@@ -231,7 +262,7 @@ class LongScan:
                 "attached by hand needs it too" % type(ctx.agent).__name__, None, "type_error")
         lang = said_language(self.lang, ctx.decision)
         options = dict(self.options)
-        if _takes_lang(scan):
+        if reads(scan, "lang"):  # unreadable: True, a dropped language changes the answer
             options["lang"] = lang
         elif lang is not None:
             # caller data: bounded and escaped before it reaches a log line

@@ -20,13 +20,16 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import routing, structured
 from .agent import Agent
-from .call import check_requests, router_batch, router_one
+from .call import batch_requests, check_requests, router_batch, router_one
 from .confidence import MinConfidence
-from .driver import run, run_async
+from .decider import Answers
+from .driver import Step, run, run_async
+from .options import PER_REQUEST, CallOptions
 from .hooks import (HookArg, HookRegistry, PredictContext, PredictHookArg, compose_hooks, dispatch,
                     normalise_hooks, validate_timeout)
 from .long import LongScan
 from .residents import Residents, start_reaper
+from .scope import open_scope
 from .router_config import (ABSENT, agent_options, check_agent_kwargs, checked_registration,
                             count_loaded, digests_from_env, idle_seconds, pin)
 from .routing import RouteDecision, canonical_name, refusal, repo_str, split_spec
@@ -35,7 +38,7 @@ State = Union[str, Dict[Any, Any], List[Any]]
 Questions = Dict[Any, Any]
 
 
-class Router(HookRegistry):
+class Router(HookRegistry, Answers):
     """Several Laya checkpoints behind Laya's `Router` API.
 
         router = kime.Router(models={"english": "/ckpt/en", "multilingual": "/ckpt/ml"})
@@ -306,13 +309,11 @@ class Router(HookRegistry):
             state, questions, models=self.models, resolve=self.resolve, default=self.default,
             auto_task_detection=self.auto_task_detection, installed_guess=self.lang_guess,
             model=model, task=task, lang=lang, lang_guess=lang_guess, explain=explain)
-        raise_errors = self.hooks_raise if hooks_raise is None else bool(hooks_raise)
-        active = compose_hooks(self.hooks, hooks)
-        timeout = self.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+        scope = open_scope(self, CallOptions(hooks=hooks, hooks_raise=hooks_raise,
+                                             hooks_timeout=hooks_timeout), None)
         ctx = PredictContext(states=[state], questions=questions or {}, decision=decision,
                              router=self)
-        dispatch(active, "on_route", ctx, raise_errors=raise_errors, lock=self._hooks_lock,
-                 timeout=timeout)
+        scope.dispatch("on_route", ctx)
         return ctx.decision  # type: ignore[return-value]  # as Laya: what on_route hooks left
 
     def route_batch(self, requests: Sequence[Dict[str, Any]],
@@ -340,12 +341,7 @@ class Router(HookRegistry):
         """Route, then answer every question in one forward pass on the chosen checkpoint:
         `Agent.predict`'s result plus `routing` (the decision). Hooks on the Router wrap the
         whole call and see `ctx.decision`."""
-        return run(router_one(self, state, questions, model=model, task=task, lang=lang,
-                              lang_guess=lang_guess, hooks=hooks,
-                              on_predict_start=on_predict_start, on_predict_end=on_predict_end,
-                              hooks_raise=hooks_raise, hooks_timeout=hooks_timeout,
-                              max_len=max_len, head_max_len=head_max_len,
-                              min_confidence=min_confidence))
+        return run(router_one(self, state, questions, CallOptions.take(locals())))
 
     async def predict_async(self, state: State, questions: Questions, model: Optional[str] = None,
                             task: Optional[str] = None, lang: Optional[str] = None,
@@ -357,11 +353,7 @@ class Router(HookRegistry):
                             head_max_len: Optional[int] = None,
                             min_confidence: Optional[MinConfidence] = None) -> Dict[str, Any]:
         """`predict` for asyncio (kime's own): routing, loading and hooks run off the loop."""
-        return await run_async(router_one(
-            self, state, questions, model=model, task=task, lang=lang, lang_guess=lang_guess,
-            hooks=hooks, on_predict_start=on_predict_start, on_predict_end=on_predict_end,
-            hooks_raise=hooks_raise, hooks_timeout=hooks_timeout, max_len=max_len,
-            head_max_len=head_max_len, min_confidence=min_confidence))
+        return await run_async(router_one(self, state, questions, CallOptions.take(locals())))
 
     system_one = predict
 
@@ -375,10 +367,10 @@ class Router(HookRegistry):
                      hooks_timeout: Optional[float] = None) -> Dict[str, Any]:
         """Route as `predict` does, then scan every window of the state with the chosen
         agent's `predict_long` (`usage["windows"]` counts them), after the start hooks."""
-        return run(router_one(self, state, questions, model=model, task=task, lang=lang,
-                              lang_guess=lang_guess,
-                              hooks=normalise_hooks(hooks, on_predict_start, on_predict_end),
-                              hooks_raise=hooks_raise, hooks_timeout=hooks_timeout,
+        options = CallOptions.take(locals()).but(
+            hooks=normalise_hooks(hooks, on_predict_start, on_predict_end),
+            on_predict_start=None, on_predict_end=None)
+        return run(router_one(self, state, questions, options,
                               long=LongScan(window, stride, aggregate, batch_size, lang)))
 
     def predict_batch(self, requests: Sequence[Dict[str, Any]], batch_size: Optional[int] = None,
@@ -392,11 +384,9 @@ class Router(HookRegistry):
         token budget, one shared `Agent.predict_batch` per group; results (with `routing`) in
         the caller's order. Each request may carry `model`, `task`, `lang`, `lang_guess`,
         `max_len` and `head_max_len`; Router hooks run per request, as in `predict`."""
-        return run(router_batch(self, requests, batch_size=batch_size,
-                                hooks_timeout=hooks_timeout, min_confidence=min_confidence,
-                                sort_by_length=sort_by_length, hooks=hooks,
-                                on_predict_start=on_predict_start, on_predict_end=on_predict_end,
-                                hooks_raise=hooks_raise, diagnostics=diagnostics))
+        return run(router_batch(self, requests, CallOptions.take(locals()),
+                                batch_size=batch_size, sort_by_length=sort_by_length,
+                                diagnostics=diagnostics))
 
     async def predict_batch_async(self, requests: Sequence[Dict[str, Any]],
                                   batch_size: Optional[int] = None,
@@ -408,13 +398,23 @@ class Router(HookRegistry):
                                   hooks_raise: Optional[bool] = None,
                                   diagnostics: Optional[Dict[str, Any]] = None
                                   ) -> List[Dict[str, Any]]:
-        """`predict_batch` for asyncio (kime's own): the checkpoints' groups run concurrently,
-        each checkpoint's hooks in Laya's order."""
-        return await run_async(router_batch(
-            self, requests, batch_size=batch_size, hooks_timeout=hooks_timeout,
-            min_confidence=min_confidence, sort_by_length=sort_by_length, hooks=hooks,
-            on_predict_start=on_predict_start, on_predict_end=on_predict_end,
-            hooks_raise=hooks_raise, diagnostics=diagnostics))
+        """`predict_batch` for asyncio (kime's own), each checkpoint's hooks in Laya's order."""
+        return await run_async(router_batch(self, requests, CallOptions.take(locals()),
+                                            batch_size=batch_size, sort_by_length=sort_by_length,
+                                            diagnostics=diagnostics))
+
+    # --- the Decider protocol (`kime.laya.decider`) -----------------------------------------
+
+    def _one(self, state: State, questions: Questions,
+             options: CallOptions) -> "Step[Dict[str, Any]]":
+        return router_one(self, state, questions, options)
+
+    def _many(self, states: List[State], questions: Questions, options: CallOptions,
+              batch_size: Optional[int]) -> "Step[List[Dict[str, Any]]]":
+        """One request per state, each carrying the routing options and budgets; the gate and
+        the hooks are the batch call's."""
+        return router_batch(self, batch_requests(states, questions, options),
+                            options.without(*PER_REQUEST), batch_size=batch_size)
 
     predict_many = predict_batch
 

@@ -14,7 +14,8 @@ import time
 from typing import Any, Callable, List, Optional, Sequence
 
 from .confidence import MinConfidence, apply_confidence_gate
-from .driver import Blocking
+from .driver import Blocking, Step
+from .options import CallOptions
 from .hooks import (HookOwner, PredictContext, aggregate_usage, compose_hooks, dispatch,
                     validate_timeout)
 
@@ -45,6 +46,15 @@ class HookScope:
     def step(self, fn: Callable[..., None], *args: Any) -> Blocking:
         """`fn(*args)` as a pipeline step: off the event loop only when a hook may run."""
         return Blocking(lambda: fn(*args), offload=self.offload)
+
+    def end(self, ctx: PredictContext, error: Optional[BaseException]) -> Step[None]:
+        """How a call ends: `on_error` on a failure, then always the end hooks; the failure is
+        raised last. A step of its own, so no caller yields from an exception handler."""
+        if error is not None:
+            yield self.step(self.fail, ctx, error)
+        yield self.step(self.finish, ctx)
+        if error is not None:
+            raise error
 
     def dispatch(self, event: str, ctx: PredictContext) -> None:
         dispatch(self.hooks, event, ctx, raise_errors=self.raise_errors, lock=self.lock,
@@ -102,16 +112,16 @@ class HookScope:
             raise first
 
 
-def open_scope(owner: HookOwner, hooks: Any, on_predict_start: Any, on_predict_end: Any,
-               hooks_raise: Optional[bool], hooks_timeout: Optional[float],
-               gate: Optional[MinConfidence], skip_defaults: bool = False) -> HookScope:
+def open_scope(owner: HookOwner, options: CallOptions, gate: Optional[MinConfidence],
+               skip_defaults: bool = False) -> HookScope:
     """The scope of one call on `owner` (an Agent or a Router: `hooks`, `hooks_raise`,
-    `hooks_timeout`, `hooks_lock`), with Laya's refusals in Laya's order: the call's hooks,
-    then its timeout. The gate is checked by the caller, before either."""
-    active = compose_hooks(owner.hooks, hooks, on_predict_start, on_predict_end,
-                           skip_defaults=skip_defaults)
-    raise_errors = owner.hooks_raise if hooks_raise is None else bool(hooks_raise)
-    timeout = owner.hooks_timeout if hooks_timeout is None else validate_timeout(hooks_timeout)
+    `hooks_timeout`, `hooks_lock`) with the call's hook options, refused in Laya's order: the
+    call's hooks, then its timeout. The gate is checked by the caller, before either."""
+    active = compose_hooks(owner.hooks, options.hooks, options.on_predict_start,
+                           options.on_predict_end, skip_defaults=skip_defaults)
+    raise_errors = owner.hooks_raise if options.hooks_raise is None else bool(options.hooks_raise)
+    timeout = (owner.hooks_timeout if options.hooks_timeout is None
+               else validate_timeout(options.hooks_timeout))
     return HookScope(active, raise_errors, owner.hooks_lock, timeout, gate)
 
 

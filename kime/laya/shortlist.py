@@ -12,20 +12,22 @@ and refusals:
 Both are callers of the call pipeline, never a copy of it: every answer is the agent's own
 `predict` (an `Agent`, a `Router` with `model=` and the other keywords forwarded), and one
 tournament round's groups go as separate questions of one call, so the engine answers them in
-one shared forward pass. The tournament is written once as a generator of the calls it needs
-(`_tournament`), driven synchronously here and on an event loop by `predict_tournament_async`.
+one shared forward pass. The tournament is written once, as a pipeline of the calls it needs
+(`_tournament`), which the call pipeline's own drivers run: `driver.run` for
+`predict_tournament`, `driver.run_async` for `predict_tournament_async`.
 `embed_fn_from_agent` and `cached_embed_fn` live in `kime.laya.embedding`; they are re-exported
 here, at Laya's import path, on first use.
 """
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from ..errors import InvalidArgument, InvalidRequest, problem, warn_caller
 from ..render import Question, render_options, serialize_state
+from .driver import Blocking, Step, run, run_async
 
 DEFAULT_SHORTLIST_K = 20
 DEFAULT_TOURNAMENT_GROUP = 16
@@ -159,14 +161,7 @@ def predict_tournament(agent: Any, state: Any, questions: Dict[str, Dict[str, An
     in criteria order), `n` (the label count before the first round) and `rounds`. Every
     reply is checked to be a dict, a round's to hold an `answers` dict.
     """
-    plan = _tournament(state, questions, group_size)
-    try:
-        asked = next(plan)
-        while True:
-            asked = plan.send(_ask(agent, state, asked, predict_kwargs))
-    except StopIteration as done:
-        result: Dict[str, Any] = done.value
-        return result
+    return run(_tournament(agent, state, questions, group_size, predict_kwargs))
 
 
 async def predict_tournament_async(agent: Any, state: Any, questions: Dict[str, Dict[str, Any]],
@@ -174,20 +169,13 @@ async def predict_tournament_async(agent: Any, state: Any, questions: Dict[str, 
                                    **predict_kwargs: Any) -> Dict[str, Any]:
     """`predict_tournament` for asyncio: each call is the agent's `predict_async` (a kime
     `Agent` or `Router`), or its `predict` on a worker thread, so the loop never blocks."""
-    plan = _tournament(state, questions, group_size)
-    try:
-        asked = next(plan)
-        while True:
-            asked = plan.send(await _ask_async(agent, state, asked, predict_kwargs))
-    except StopIteration as done:
-        result: Dict[str, Any] = done.value
-        return result
+    return await run_async(_tournament(agent, state, questions, group_size, predict_kwargs))
 
 
-def _tournament(state: Any, questions: Any, group_size: Any
-                ) -> Generator[Questions, Result, Dict[str, Any]]:
-    """The tournament as the question sets it needs answered: yields each round's groups, then
-    the final set; receives each reply; returns the result with its `tournament` entry."""
+def _tournament(agent: Any, state: Any, questions: Any, group_size: Any,
+                kwargs: Dict[str, Any]) -> Step[Dict[str, Any]]:
+    """The tournament as a pipeline (`kime.laya.driver`): each round's groups, then the final
+    set, one `_asking` step each; returns the result with its `tournament` entry."""
     _check_questions(questions)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 2:
         raise InvalidRequest([problem(["group_size"], "group_size must be an integer of at "
@@ -204,8 +192,9 @@ def _tournament(state: Any, questions: Any, group_size: Any
                   for part in _groups(entry["labels"], group_size)]
         if not groups:
             break
-        reply = yield {str(i): _narrowed(qid, questions[qid], labels, warned)
-                       for i, (qid, labels) in enumerate(groups)}
+        reply = yield _asking(agent, state, {
+            str(i): _narrowed(qid, questions[qid], labels, warned)
+            for i, (qid, labels) in enumerate(groups)}, kwargs)
         answers = _round_answers(reply)
         winners: Dict[Any, List[Any]] = {}
         for i, (qid, _labels) in enumerate(groups):
@@ -217,7 +206,7 @@ def _tournament(state: Any, questions: Any, group_size: Any
     for qid, entry in meta.items():
         if entry["rounds"]:
             final[qid] = _narrowed(qid, questions[qid], entry["labels"], warned)
-    out = dict((yield final))
+    out = dict((yield _asking(agent, state, final, kwargs)))
     out["tournament"] = meta
     return out
 
@@ -264,16 +253,19 @@ def _ask(agent: Any, state: Any, questions: Questions, kwargs: Dict[str, Any]) -
     return _checked(_predictor(agent)(state, questions, **kwargs))
 
 
-async def _ask_async(agent: Any, state: Any, questions: Questions, kwargs: Dict[str, Any]
-                     ) -> Result:
-    fn = getattr(agent, "predict_async", None)
-    if fn is not None:
-        return _checked(await fn(state, questions, **kwargs))
-    import asyncio  # here, not at import: it costs a third of `import kime`
+def _asking(agent: Any, state: Any, questions: Questions, kwargs: Dict[str, Any]) -> Blocking:
+    """One call of the agent as a pipeline step: its `predict` (off the loop under the async
+    driver), or its `predict_async` when it has one and an event loop drives."""
+    twin = getattr(agent, "predict_async", None)
+    if twin is None:
+        _predictor(agent)  # refused here, under either driver, before anything runs
+    return Blocking(lambda: _ask(agent, state, questions, kwargs),
+                    awaitable=None if twin is None else
+                    lambda: _checked_async(twin(state, questions, **kwargs)))
 
-    sync = _predictor(agent)
-    return _checked(await asyncio.get_running_loop().run_in_executor(
-        None, lambda: sync(state, questions, **kwargs)))
+
+async def _checked_async(pending: Any) -> Result:
+    return _checked(await pending)
 
 
 def _check_questions(questions: Any) -> None:

@@ -1,13 +1,13 @@
-"""A Router that answers from a running laya-serve-compatible server (`kime mcp --base-url`,
-or laya-mcp-server's `LAYA_BASE_URL`), with laya 0.4.15's `laya/mcp/remote.py` behaviour:
-routing stays local (it needs no model), each answer is one `POST /v1/systemone`, and each HTTP
-failure is a tool error with laya's code (`unauthorized`, `invalid_request`, `busy`,
+"""What the MCP tools answer with over a running laya-serve-compatible server (`kime mcp
+--base-url`, or laya-mcp-server's `LAYA_BASE_URL`), with laya 0.4.15's `laya/mcp/remote.py`
+behaviour: routing stays local (it needs no model), each answer is one `POST /v1/systemone`, and
+each HTTP failure is a tool error with laya's code (`unauthorized`, `invalid_request`, `busy`,
 `upstream_error`, `timeout`, `unreachable`).
 
-The request body and the redirect rule (same origin only, so a bearer key never leaves the
-server it was meant for) are `kime.integrations.remote`'s, shared with the framework
-integrations; this module adds what a tool needs beyond one decision: the status code behind
-a failure, and `GET /health` for `laya_status`. No engine is built in this process.
+`RemoteRouter` is composed, not inherited: a `kime.Router` that only routes (it never loads an
+engine) and the one `kime.client.Client`, which answers. So every answering method, sync or
+async, reaches the server, and nothing of the local Router's answering is inherited by
+accident. No engine is built in this process.
 
 Not available remotely, with a clear refusal instead of laya's: loading an agent (the
 shortlist's embeddings) and `predict_long` (the windows are cut from the checkpoint's tokens,
@@ -16,21 +16,20 @@ hooks, a detail of how it is built.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
-import urllib.error
 import urllib.parse
-import urllib.request
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
-from ..integrations.remote import SameOriginRedirects, endpoint, request_body
+from ..client import (BodyNotJson, Client, ClientError, ConnectFailure, MalformedReply,
+                      OnThreads, StatusError)
+from ..laya.options import NO_OPTIONS, CallOptions
 from ..laya.router import Router
 from .validate import ToolError
 
 DEFAULT_TIMEOUT_S = 300.0
 TIMEOUT_ENV = "LAYA_REMOTE_TIMEOUT"
-HOOKS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise")
+T = TypeVar("T")
 
 
 def base_url_from(raw: Optional[str]) -> Optional[str]:
@@ -54,85 +53,82 @@ def timeout_from_env(environ: Optional[Dict[str, str]] = None) -> float:
     return seconds if math.isfinite(seconds) and seconds > 0 else DEFAULT_TIMEOUT_S
 
 
-def _detail(exc: urllib.error.HTTPError) -> str:
-    # FastAPI's `detail` (a string, or the 422's list as JSON), else the status text.
-    try:
-        body = json.loads(exc.read().decode("utf-8"))
-    except Exception:  # any unreadable body: the status text says enough
-        return str(exc.reason)
-    detail = body.get("detail") if isinstance(body, dict) else None
-    if isinstance(detail, str):
-        return detail
-    return json.dumps(detail, ensure_ascii=False) if detail is not None else str(exc.reason)
+def tool_error(exc: ClientError, base_url: str, timeout: float) -> ToolError:
+    """A client's failure as laya-mcp-server's tool error."""
+    if isinstance(exc, StatusError):
+        if exc.status == 401:
+            return ToolError("unauthorized", "laya-serve refused the bearer token: " + exc.detail)
+        if exc.status in (400, 413, 422):
+            return ToolError("invalid_request", exc.detail)
+        if exc.status == 503:
+            return ToolError("busy", "laya-serve is busy: " + exc.detail)
+        return ToolError("upstream_error", "laya-serve answered HTTP %d: %s"
+                         % (exc.status, exc.detail))
+    if isinstance(exc, BodyNotJson):
+        return ToolError("upstream_error", "laya-serve returned a non-JSON body")
+    if isinstance(exc, ConnectFailure):
+        if exc.timed_out:
+            return ToolError("timeout", "laya-serve did not answer within %.0fs" % timeout)
+        return ToolError("unreachable", "cannot reach laya-serve at %s: %s"
+                         % (base_url, getattr(exc.cause, "reason", exc.cause)))
+    if isinstance(exc, MalformedReply) and not isinstance(exc.body, dict):
+        return ToolError("upstream_error", "laya-serve returned a non-object body")
+    return ToolError("upstream_error", "laya-serve returned a reply that is not a decision: %s"
+                     % exc)
 
 
-class RemoteRouter(Router):
+class RemoteRouter(OnThreads):
     """Routes here, answers from the server at `base_url` (its origin; the API paths are
-    appended). `api_key` goes as `Authorization: Bearer`."""
+    appended). `api_key` goes as `Authorization: Bearer`; `router_kwargs` are the routing
+    Router's (`auto_task_detection`, `default`, `models`, ...)."""
 
     remote = True
 
     def __init__(self, base_url: str, api_key: Optional[str] = None,
                  timeout: Optional[float] = None, **router_kwargs: Any):
-        router_kwargs.pop("device", None)
-        router_kwargs.pop("preload", None)
-        super().__init__(**router_kwargs)
         self.base_url = base_url.rstrip("/")
         parts = urllib.parse.urlsplit(self.base_url)
         if (parts.scheme not in ("http", "https") or not parts.hostname or parts.query
                 or parts.fragment):
             raise ValueError("base_url must be an HTTP(S) server URL without a query or "
                              "fragment")
-        self.api_key = api_key or None
         self.timeout = timeout_from_env() if timeout is None else float(timeout)
         if not math.isfinite(self.timeout) or self.timeout <= 0:
             raise ValueError("timeout must be a finite positive number")
-        self._opener = urllib.request.build_opener(SameOriginRedirects())
+        router_kwargs.pop("device", None)
+        router_kwargs.pop("preload", None)
+        self.routing = Router(**router_kwargs)
+        self.client = Client(self.base_url, api_key=api_key, timeout=self.timeout)
 
-    def _request(self, url: str, body: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
-        headers = {"Accept": "application/json"}
-        data = None
-        if body is not None:
-            data = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            headers["Content-Type"] = "application/json"
-        if self.api_key:
-            headers["Authorization"] = "Bearer " + self.api_key
-        req = urllib.request.Request(url, data=data, headers=headers,
-                                     method="GET" if data is None else "POST")
-        try:
-            with self._opener.open(req, timeout=self.timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            detail = _detail(exc)
-            if exc.code == 401:
-                raise ToolError("unauthorized", "laya-serve refused the bearer token: "
-                                + detail) from exc
-            if exc.code in (400, 413, 422):
-                raise ToolError("invalid_request", detail) from exc
-            if exc.code == 503:
-                raise ToolError("busy", "laya-serve is busy: " + detail) from exc
-            raise ToolError("upstream_error", "laya-serve answered HTTP %d: %s"
-                            % (exc.code, detail)) from exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError) or isinstance(exc, TimeoutError):
-                raise ToolError("timeout", "laya-serve did not answer within %.0fs"
-                                % self.timeout) from exc
-            raise ToolError("unreachable", "cannot reach laya-serve at %s: %s"
-                            % (self.base_url, reason)) from exc
-        try:
-            payload = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise ToolError("upstream_error", "laya-serve returned a non-JSON body") from exc
-        if not isinstance(payload, dict):
-            raise ToolError("upstream_error", "laya-serve returned a non-object body")
-        return payload
+    @property
+    def api_key(self) -> Optional[str]:
+        return self.client.api_key
 
-    # --- what the server owns ------------------------------------------------------------
+    def _call(self, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except ClientError as exc:
+            raise tool_error(exc, self.base_url, self.timeout) from exc
+
+    # --- what routing owns (this process) -------------------------------------------------
+
+    def resolve(self, name: Any) -> str:
+        """The checkpoint name `name` means (a built-in, an alias, one registered)."""
+        return self.routing.resolve(name)
+
+    def route(self, *args: Any, **kwargs: Any) -> Any:
+        """`Router.route`: which checkpoint the server will be asked for, loading nothing."""
+        return self.routing.route(*args, **kwargs)
+
+    def route_batch(self, *args: Any, **kwargs: Any) -> Any:
+        """`Router.route_batch`."""
+        return self.routing.route_batch(*args, **kwargs)
+
+    # --- what the server owns -------------------------------------------------------------
 
     def health(self) -> Dict[str, Any]:
         """The server's `GET /health`."""
-        return self._request(self.base_url + "/health")
+        return self._call(self.client.health)
 
     @property
     def loaded(self) -> List[str]:
@@ -156,46 +152,35 @@ class RemoteRouter(Router):
     def unload(self, name: Optional[str] = None) -> None:
         return None
 
-    # --- answering -----------------------------------------------------------------------
+    # --- answering: the Decider protocol over the client ----------------------------------
 
-    def predict(self, state: Any, questions: Dict[Any, Any], model: Optional[str] = None,
-                task: Optional[str] = None, lang: Optional[str] = None, lang_guess: Any = None,
-                hooks: Any = None, on_predict_start: Any = None, on_predict_end: Any = None,
-                hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
-                max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                min_confidence: Any = None) -> Dict[str, Any]:
-        """One `POST /v1/systemone` with the controls that were set; hooks are refused."""
-        if hooks_timeout is not None or any(v is not None for v in (
-                hooks, on_predict_start, on_predict_end, hooks_raise)):
-            raise ToolError("unsupported_remote", "hooks are callables and cannot be sent to "
-                            "the server; install them on the server")
-        if lang_guess is not None and not isinstance(lang_guess, str):
-            raise ToolError("unsupported_remote", "a callable lang_guess cannot be sent over "
-                            "HTTP")
-        pinned = None if model in (None, "auto") else model
-        body = request_body(state, questions, pinned, task=task, lang=lang,
-                            lang_guess=lang_guess, max_len=max_len, head_max_len=head_max_len,
-                            min_confidence=min_confidence)
-        return self._request(endpoint(self.base_url), body)
+    def answer(self, state: Any, questions: Dict[Any, Any],
+               options: CallOptions = NO_OPTIONS) -> Dict[str, Any]:
+        """One `POST /v1/systemone` with the options that are set."""
+        return self._call(lambda: self.client.answer(state, questions, options))
 
-    system_one = predict
+    def answer_batch(self, states: Sequence[Any], questions: Dict[Any, Any],
+                     options: CallOptions = NO_OPTIONS,
+                     batch_size: Optional[int] = None) -> List[Dict[str, Any]]:
+        """One `POST /v1/systemone/batch`."""
+        return self._call(lambda: self.client.answer_batch(states, questions, options,
+                                                           batch_size))
+
+    def predict(self, state: Any, questions: Dict[Any, Any], **options: Any) -> Dict[str, Any]:
+        """`answer` under Laya's keywords (what `decide` and the tournament call)."""
+        return self.answer(state, questions, CallOptions(**options))
 
     def predict_batch(self, requests: Sequence[Dict[str, Any]], batch_size: Optional[int] = None,
                       hooks_timeout: Optional[float] = None, min_confidence: Any = None,
-                      sort_by_length: bool = False, **hooks: Any) -> List[Dict[str, Any]]:
+                      sort_by_length: bool = False) -> List[Dict[str, Any]]:
         """One `/v1/systemone` call per request, answers in input order: each request may
         carry its own questions and controls, which the server's batch route cannot."""
-        if hooks_timeout is not None or any(v is not None for k, v in hooks.items()
-                                            if k in HOOKS):
+        if hooks_timeout is not None:
             raise ToolError("unsupported_remote", "hooks are callables and cannot be sent to "
                             "the server; install them on the server")
-        out = []
-        for item in requests:
-            controls = {k: item[k] for k in ("model", "task", "lang", "lang_guess", "max_len",
-                                             "head_max_len") if k in item}
-            out.append(self.predict(item["state"], item["questions"],
-                                    min_confidence=min_confidence, **controls))
-        return out
+        return [self.answer(item["state"], item["questions"],
+                            CallOptions.take(item).but(min_confidence=min_confidence))
+                for item in requests]
 
     def predict_long(self, *args: Any, **kwargs: Any) -> Dict[str, Any]:
         raise ToolError("unsupported_remote", "laya_predict_long cuts the state into windows of "
@@ -204,3 +189,6 @@ class RemoteRouter(Router):
 
     def __repr__(self) -> str:
         return "RemoteRouter(base_url=%r, timeout=%g)" % (self.base_url, self.timeout)
+
+
+__all__ = ["RemoteRouter", "base_url_from", "timeout_from_env", "tool_error"]

@@ -82,11 +82,10 @@ class Runner:
         settings = self.settings
         if self.remote:
             assert self.base_url is not None
-            router = RemoteRouter(self.base_url, api_key=self.api_key, timeout=self.timeout,
-                                  auto_task_detection=settings.auto_task)
-            if settings.default_model is not None:
-                router.default = router.resolve(settings.default_model)
-            return router, None
+            default = ({} if settings.default_model is None
+                       else {"default": settings.default_model})
+            return RemoteRouter(self.base_url, api_key=self.api_key, timeout=self.timeout,
+                                auto_task_detection=settings.auto_task, **default), None
         from ..serve.routing import build_router, single_source
 
         source = single_source(settings)

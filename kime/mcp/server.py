@@ -14,11 +14,13 @@ keys `kime serve` takes: `--api-key-file`, `KIME_API_KEY`, `LAYA_API_KEY`, the T
 """
 from __future__ import annotations
 
+import asyncio
 import hmac
 import inspect
 import json
+import logging
 import sys
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 try:
     from mcp.server.auth.provider import AccessToken
@@ -34,6 +36,8 @@ from .._version import __version__
 from . import status, tools, wide
 from .runner import Runner
 from .validate import ToolError, batch_item_keys
+
+_log = logging.getLogger("kime.mcp")
 
 _DECISIONS = (" Typed decisions only: choice (a finite label set), score (an ordinal rubric), "
               "noul (a calibrated probability that a statement is true); no text is generated. "
@@ -87,10 +91,21 @@ def _dump(payload: Any) -> str:
     return json.dumps(payload, ensure_ascii=False, indent=2)
 
 
-def _call(runner: Runner, fn: Callable[..., Any], limit: bool = True, **kwargs: Any) -> str:
-    """Run a tool over the runner's router/agent; any failure becomes the SDK's tool error
-    carrying `{"error", "message"}`, the only kind whose text the SDK passes on."""
+async def _call(runner: Runner, fn: Callable[..., Any], limit: bool = True, **kwargs: Any) -> str:
+    """Run a tool on a worker thread (a checkpoint load or a forward pass never stalls the
+    event loop, so other sessions keep being served; the SDK would move a sync tool off the
+    loop too, and this does not rest on it), over the runner's router/agent; any
+    failure becomes the SDK's tool error carrying `{"error", "message"}`, the only kind whose
+    text the SDK passes on. An `internal_error` is logged with its cause: it is kime's bug or
+    the server's, not the client's, and the client sees only its message."""
+    return await asyncio.to_thread(_run, runner, fn, limit, kwargs)
+
+
+def _run(runner: Runner, fn: Callable[..., Any], limit: bool, kwargs: Dict[str, Any]) -> str:
     try:
+        if fn is status.laya_status:
+            router, agent = runner.get() if runner.remote else (runner.built or (None, None))
+            return _dump(status.laya_status(router=router, agent=agent, preload=runner.preload))
         router, agent = runner.get()
         if limit:
             kwargs["max_state_chars"] = runner.max_state_chars
@@ -98,6 +113,9 @@ def _call(runner: Runner, fn: Callable[..., Any], limit: bool = True, **kwargs: 
             kwargs["agent"] = agent
         return _dump(tools.run_tool(fn, router=router, **kwargs))
     except ToolError as exc:
+        if exc.code == "internal_error":
+            _log.error("kime mcp: %s failed: %s", fn.__name__, exc.message,
+                       exc_info=exc.__cause__ or exc)
         raise SdkToolError(_dump(exc.payload())) from exc
 
 
@@ -108,22 +126,18 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "Where each loaded checkpoint runs (or, before any is loaded, the preferred device, "
         "flagged device_is_preference), what is loaded, and the package versions. With "
         "--base-url: that server's /health."))
-    def laya_status() -> str:
-        try:
-            router, agent = runner.get() if runner.remote else (runner.built or (None, None))
-            return _dump(status.laya_status(router=router, agent=agent, preload=runner.preload))
-        except ToolError as exc:
-            raise SdkToolError(_dump(exc.payload())) from exc
+    async def laya_status() -> str:
+        return await _call(runner, status.laya_status, limit=False)
 
     @server.tool(name="laya_route", description=(
         "Which checkpoint would answer (english, multilingual, typed-decisions or one "
         "registered), and why, with no forward pass: a laya_predict call's model/task/lang/"
         "lang_guess here give the routing it reports." + _DECISIONS + _CONTROLS))
-    def laya_route(state: dict, questions: dict, model: str | None = None,
-                   task: str | None = None, lang: str | None = None,
-                   lang_guess: str | None = None) -> str:
-        return _call(runner, tools.laya_route, state=state, questions=questions, model=model,
-                     task=task, lang=lang, lang_guess=lang_guess)
+    async def laya_route(state: dict, questions: dict, model: str | None = None,
+                         task: str | None = None, lang: str | None = None,
+                         lang_guess: str | None = None) -> str:
+        return await _call(runner, tools.laya_route, state=state, questions=questions,
+                           model=model, task=task, lang=lang, lang_guess=lang_guess)
 
     @server.tool(name="laya_predict", description=(
         "Answer typed questions about a state in one forward pass. questions: {name: {type: "
@@ -131,14 +145,15 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "with labels {false, true}; any type takes option_order (a permutation: slot s shows "
         "option option_order[s]). Returns the answers with confidence, the routing, the "
         "latency and the answering device." + _DECISIONS + _MODEL + _CONTROLS))
-    def laya_predict(state: dict, questions: dict, model: str | None = None,
-                     task: str | None = None, lang: str | None = None,
-                     lang_guess: str | None = None, max_len: int | None = None,
-                     head_max_len: int | None = None,
-                     min_confidence: float | None = None) -> str:
-        return _call(runner, tools.laya_predict, state=state, questions=questions, model=model,
-                     task=task, lang=lang, lang_guess=lang_guess, max_len=max_len,
-                     head_max_len=head_max_len, min_confidence=min_confidence)
+    async def laya_predict(state: dict, questions: dict, model: str | None = None,
+                           task: str | None = None, lang: str | None = None,
+                           lang_guess: str | None = None, max_len: int | None = None,
+                           head_max_len: int | None = None,
+                           min_confidence: float | None = None) -> str:
+        return await _call(runner, tools.laya_predict, state=state, questions=questions,
+                           model=model, task=task, lang=lang, lang_guess=lang_guess,
+                           max_len=max_len, head_max_len=head_max_len,
+                           min_confidence=min_confidence)
 
     @server.tool(name="laya_predict_batch", description=(
         "Answer many requests in one call: requests is a non-empty array of "
@@ -147,14 +162,15 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "head_max_len are per request. batch_size and hooks_timeout: 0 means unset. Returns "
         "the answers in input order with routing and device, model_counts and the batch's "
         "latency." + _DECISIONS))
-    def laya_predict_batch(requests: list, batch_size: int = 0,
-                           hooks_timeout: float | None = 0,
-                           min_confidence: float | None = None,
-                           sort_by_length: bool = False) -> str:
+    async def laya_predict_batch(requests: list, batch_size: int = 0,
+                                 hooks_timeout: float | None = 0,
+                                 min_confidence: float | None = None,
+                                 sort_by_length: bool = False) -> str:
         # MCP clients send defaults eagerly: a numeric 0 (never False) means unset.
-        return _call(runner, tools.laya_predict_batch, requests=requests,
-                     batch_size=_unset_zero(batch_size), hooks_timeout=_unset_zero(hooks_timeout),
-                     min_confidence=min_confidence, sort_by_length=sort_by_length)
+        return await _call(runner, tools.laya_predict_batch, requests=requests,
+                           batch_size=_unset_zero(batch_size),
+                           hooks_timeout=_unset_zero(hooks_timeout),
+                           min_confidence=min_confidence, sort_by_length=sort_by_length)
 
     @server.tool(name="laya_route_batch", description=(
         "The checkpoint each request would go to, with no forward pass and no load: requests "
@@ -162,9 +178,9 @@ def _register(server: MCPServer, runner: Runner) -> None:
         + ". Returns one {model, repo, reason} per request in order, and model_counts. "
         "hooks_timeout: a positive deadline for the Router's on_route hooks; 0 means unset."
         + _DECISIONS))
-    def laya_route_batch(requests: list, hooks_timeout: float = 0) -> str:
-        return _call(runner, tools.laya_route_batch, requests=requests,
-                     hooks_timeout=_unset_zero(hooks_timeout))
+    async def laya_route_batch(requests: list, hooks_timeout: float = 0) -> str:
+        return await _call(runner, tools.laya_route_batch, requests=requests,
+                           hooks_timeout=_unset_zero(hooks_timeout))
 
     @server.tool(name="laya_shortlist", description=(
         "Narrow each wide choice to its k labels closest to the state (cosine of the answering "
@@ -173,14 +189,15 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "their scores, k, n and passthrough. A narrowed question cannot keep its "
         "option_order: it is dropped and named under option_order_dropped. In-process only."
         + _DECISIONS + _MODEL + _CONTROLS))
-    def laya_shortlist(state: dict, questions: dict, model: str | None = None, k: int = 20,
-                       task: str | None = None, lang: str | None = None,
-                       lang_guess: str | None = None, max_len: int | None = None,
-                       head_max_len: int | None = None,
-                       min_confidence: float | None = None) -> str:
-        return _call(runner, wide.laya_shortlist, state=state, questions=questions,
-                     model=model, k=k, task=task, lang=lang, lang_guess=lang_guess,
-                     max_len=max_len, head_max_len=head_max_len, min_confidence=min_confidence)
+    async def laya_shortlist(state: dict, questions: dict, model: str | None = None, k: int = 20,
+                             task: str | None = None, lang: str | None = None,
+                             lang_guess: str | None = None, max_len: int | None = None,
+                             head_max_len: int | None = None,
+                             min_confidence: float | None = None) -> str:
+        return await _call(runner, wide.laya_shortlist, state=state, questions=questions,
+                           model=model, k=k, task=task, lang=lang, lang_guess=lang_guess,
+                           max_len=max_len, head_max_len=head_max_len,
+                           min_confidence=min_confidence)
 
     @server.tool(name="laya_tournament", description=(
         "Answer wide choices by balanced elimination, without embeddings: groups of at most "
@@ -190,15 +207,15 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "probabilities are over the finalists. A narrowed question's option_order is reported "
         "under option_order_dropped. Works with --base-url too (each round is one call)."
         + _DECISIONS + _MODEL + _CONTROLS))
-    def laya_tournament(state: dict, questions: dict, model: str | None = None,
-                        group_size: int = 16, task: str | None = None,
-                        lang: str | None = None, lang_guess: str | None = None,
-                        max_len: int | None = None, head_max_len: int | None = None,
-                        min_confidence: float | None = None) -> str:
-        return _call(runner, wide.laya_tournament, state=state, questions=questions,
-                     model=model, group_size=group_size, task=task, lang=lang,
-                     lang_guess=lang_guess, max_len=max_len, head_max_len=head_max_len,
-                     min_confidence=min_confidence)
+    async def laya_tournament(state: dict, questions: dict, model: str | None = None,
+                              group_size: int = 16, task: str | None = None,
+                              lang: str | None = None, lang_guess: str | None = None,
+                              max_len: int | None = None, head_max_len: int | None = None,
+                              min_confidence: float | None = None) -> str:
+        return await _call(runner, wide.laya_tournament, state=state, questions=questions,
+                           model=model, group_size=group_size, task=task, lang=lang,
+                           lang_guess=lang_guess, max_len=max_len, head_max_len=head_max_len,
+                           min_confidence=min_confidence)
 
     @server.tool(name="laya_preset", description=(
         "Run one of Laya's built-in question sets: %s. Each reads one state field (%s); a "
@@ -209,13 +226,13 @@ def _register(server: MCPServer, runner: Runner) -> None:
            ", ".join("'%s' is '%s'" % (a, n) for n, p in presets.items()
                      for a in p.get("aliases", [])))
         + _DECISIONS + _CONTROLS))
-    def laya_preset(preset: str, state: dict, task: str | None = None,
-                    lang: str | None = None, lang_guess: str | None = None,
-                    max_len: int | None = None, head_max_len: int | None = None,
-                    min_confidence: float | None = None) -> str:
-        return _call(runner, status.laya_preset, preset=preset, state=state, task=task,
-                     lang=lang, lang_guess=lang_guess, max_len=max_len,
-                     head_max_len=head_max_len, min_confidence=min_confidence)
+    async def laya_preset(preset: str, state: dict, task: str | None = None,
+                          lang: str | None = None, lang_guess: str | None = None,
+                          max_len: int | None = None, head_max_len: int | None = None,
+                          min_confidence: float | None = None) -> str:
+        return await _call(runner, status.laya_preset, preset=preset, state=state, task=task,
+                           lang=lang, lang_guess=lang_guess, max_len=max_len,
+                           head_max_len=head_max_len, min_confidence=min_confidence)
 
     @server.tool(name="laya_decide", description=(
         "Decide a JSON Schema's fields in one forward pass and return the values: each "
@@ -224,10 +241,10 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "Returns values, per-field confidence and probabilities, routing and latency. "
         "min_confidence: a field less confident than this comes back null in values."
         + _DECISIONS))
-    def laya_decide(state: dict, schema: dict, model: str | None = None,
-                    min_confidence: float | None = None) -> str:
-        return _call(runner, tools.laya_decide, state=state, schema=schema, model=model,
-                     min_confidence=min_confidence)
+    async def laya_decide(state: dict, schema: dict, model: str | None = None,
+                          min_confidence: float | None = None) -> str:
+        return await _call(runner, tools.laya_decide, state=state, schema=schema, model=model,
+                           min_confidence=min_confidence)
 
     @server.tool(name="laya_predict_long", description=(
         "Answer typed questions about a state longer than one window: it is scanned in "
@@ -236,12 +253,12 @@ def _register(server: MCPServer, runner: Runner) -> None:
         "which each answer names. window / stride: positive token counts (default: the "
         "checkpoint's budget, half overlap). task / lang as in laya_predict. In-process only."
         + _DECISIONS + _MODEL))
-    def laya_predict_long(state: dict, questions: dict, model: str = "auto",
-                          window: int | None = None, stride: int | None = None,
-                          task: str | None = None, lang: str | None = None) -> str:
-        return _call(runner, tools.laya_predict_long, limit=False, state=state,
-                     questions=questions, model=model, window=window, stride=stride,
-                     task=task, lang=lang)
+    async def laya_predict_long(state: dict, questions: dict, model: str = "auto",
+                                window: int | None = None, stride: int | None = None,
+                                task: str | None = None, lang: str | None = None) -> str:
+        return await _call(runner, tools.laya_predict_long, limit=False, state=state,
+                           questions=questions, model=model, window=window, stride=stride,
+                           task=task, lang=lang)
 
 
 def _unset_zero(value: Any) -> Any:

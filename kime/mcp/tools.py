@@ -3,8 +3,9 @@
 `laya_predict_long`, with Laya 0.4.15's arguments, JSON results and refusals
 (`laya/mcp/tools.py`). The wide-choice tools are `kime.mcp.wide`, the status `kime.mcp.status`.
 
-Each is a caller of the Router's or Agent's own methods, which answer through Laya's call
-pipeline (`kime.laya.call`): a tool checks its arguments (`kime.mcp.validate`), asks, and
+Each is a caller of a `Decider` (`kime.laya.decider`: the Router, the one Agent, or the
+`RemoteRouter` over a server), which answers through Laya's call pipeline (`kime.laya.call`) or
+over HTTP: a tool checks its arguments (`kime.mcp.validate`) into one `CallOptions`, asks, and
 shapes the answer (`routing`, `device`, `latency_ms`). `run_tool` is what the server calls:
 it turns whatever a tool raises into `ToolError`'s `{"error", "message"}`, a caller's mistake
 found by the engine (`kime.InvalidRequest`) as `invalid_request`, where laya reports its
@@ -13,9 +14,10 @@ found by the engine (`kime.InvalidRequest`) as `invalid_request`, where laya rep
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import InvalidRequest
+from ..laya.options import ROUTING_HINTS, CallOptions
 from .validate import (AUTO, MAX_STATE_CHARS, ToolError, refuse_pinned, validate_batch,
                        validate_budget, validate_hooks_timeout, validate_lang,
                        validate_lang_guess, validate_min_confidence, validate_model,
@@ -68,6 +70,21 @@ def reading_device(router: Any, agent: Any, model: str, routing: Any) -> Optiona
     return device_of(resident(router, used)) if used else None
 
 
+def answerer(model: str, router: Any, agent: Any) -> Tuple[Any, Dict[str, Any]]:
+    """Who answers a tool's call, and the `model` pin to send it: the one agent (auto without a
+    Router, or any pinned model: it answers on its own checkpoint), else the Router, pinned
+    when a model is named. `models_not_ready` when neither is there."""
+    if model == AUTO and router is None:
+        if agent is None:
+            raise ToolError("models_not_ready", "Router is not loaded (auto mode)")
+        return agent, {}
+    if model != AUTO and agent is not None:
+        return agent, {}
+    if router is None:
+        raise ToolError("models_not_ready", "no agent/router loaded")
+    return router, ({} if model == AUTO else {"model": model})
+
+
 def answers_of(result: Any, what: str = "predict") -> Dict[str, Any]:
     if not isinstance(result, dict):
         raise ToolError("internal_error", "%s returned non-object" % what)
@@ -106,20 +123,12 @@ def laya_predict(state: Any, questions: Any, model: Any = AUTO, *, task: Any = N
     model_name = validate_model(model, resolve)
     controls = _controls(task, lang, max_len, head_max_len, lang_guess, min_confidence, resolve)
     refuse_pinned(model_name, task=controls.get("task"), lang_guess=controls.get("lang_guess"))
-    direct = {k: v for k, v in controls.items() if k not in ("task", "lang_guess")}
+    target, pin = answerer(model_name, router, agent)
+    options = CallOptions(**controls, **pin)
+    if target is agent:
+        options = options.without(*ROUTING_HINTS)
     started = time.perf_counter()
-    if model_name == AUTO and router is None:
-        if agent is None:
-            raise ToolError("models_not_ready", "Router is not loaded (auto mode)")
-        result = agent.predict(state_d, questions_d, **direct)
-    elif model_name != AUTO and agent is not None:
-        result = agent.predict(state_d, questions_d, **direct)
-    elif router is None:
-        raise ToolError("models_not_ready", "no agent/router loaded")
-    elif model_name == AUTO:
-        result = router.predict(state_d, questions_d, **controls)
-    else:
-        result = router.predict(state_d, questions_d, model=model_name, **controls)
+    result = target.answer(state_d, questions_d, options)
     latency_ms = (time.perf_counter() - started) * 1000.0
     answers = answers_of(result)
     unrouted = router is None and model_name == AUTO
@@ -225,18 +234,7 @@ def laya_decide(state: Any, schema: Any, model: Any = AUTO, *, min_confidence: A
     state_d = validate_state(state, max_state_chars)
     model_name = validate_model(model, resolver(router))
     gate = validate_min_confidence(min_confidence)
-    runner: Any
-    pin: Dict[str, Any]
-    if model_name == AUTO:
-        runner, pin = router if router is not None else agent, {}
-        if runner is None:
-            raise ToolError("models_not_ready", "Router is not loaded (auto mode)")
-    elif agent is not None:
-        runner, pin = agent, {}
-    elif router is None:
-        raise ToolError("models_not_ready", "no agent/router loaded")
-    else:
-        runner, pin = router, {"model": model_name}
+    runner, pin = answerer(model_name, router, agent)
     started = time.perf_counter()
     try:
         details = decide(runner, state_d, schema=schema, return_details=True,
@@ -272,20 +270,11 @@ def laya_predict_long(state: Any, questions: Any, model: Any = AUTO, *, window: 
                               ("window", validate_budget(window, "window")),
                               ("stride", validate_budget(stride, "stride"))) if v is not None}
     refuse_pinned(model_name, task=scan.get("task"))
-    direct = {k: v for k, v in scan.items() if k != "task"}
+    target, pin = answerer(model_name, router, agent)
+    if target is agent:
+        scan.pop("task", None)
     started = time.perf_counter()
-    if model_name == AUTO and router is None:
-        if agent is None:
-            raise ToolError("models_not_ready", "Router is not loaded (auto mode)")
-        result = agent.predict_long(state_d, questions_d, **direct)
-    elif model_name != AUTO and agent is not None:
-        result = agent.predict_long(state_d, questions_d, **direct)
-    elif router is None:
-        raise ToolError("models_not_ready", "no agent/router loaded")
-    elif model_name == AUTO:
-        result = router.predict_long(state_d, questions_d, **scan)
-    else:
-        result = router.predict_long(state_d, questions_d, model=model_name, **scan)
+    result = target.predict_long(state_d, questions_d, **scan, **pin)
     latency_ms = (time.perf_counter() - started) * 1000.0
     answers = answers_of(result, "predict_long")
     usage = result.get("usage") or {}

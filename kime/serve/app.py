@@ -141,8 +141,9 @@ class Service:
     async def infer(self, request: Request, work: Awaitable[Any]) -> Tuple[Any, float]:
         """Await `work` and its time in ms, cancelling it if the client hangs up first: rows
         still queued for the device are then dropped instead of costing a forward pass nobody
-        will read. A request that does not validate passes through (a 422); any other failure
-        is logged and answered 500."""
+        will read, and the cancelled call is awaited to its end (hooks included) before the
+        request gives its slot back. A request that does not validate passes through (a 422);
+        any other failure is logged and answered 500."""
         t0 = time.perf_counter()
         task = asyncio.ensure_future(work)
         try:
@@ -153,6 +154,10 @@ class Service:
                 if await request.is_disconnected():
                     task.cancel()
                     self.metrics.disconnects.inc()
+                    # the slot is held until the call has ended (its hooks, its lease)
+                    await asyncio.wait({task})
+                    if not task.cancelled():
+                        task.exception()  # retrieved: an error after the hang-up is nobody's
                     raise HTTPException(status_code=499, detail="client closed the request")
         except (HTTPException, InvalidRequest):
             raise

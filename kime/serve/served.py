@@ -22,6 +22,7 @@ from ..errors import InvalidRequest
 from ..laya import Agent
 from ..laya.call import Routing, router_batch, router_one
 from ..laya.driver import run_async
+from ..laya.options import CallOptions
 from ..laya.routing import repo_str
 from . import narrowing
 from .limits import MAX_TOURNAMENT_CHOICE_OPTIONS, chunk_size, refuse
@@ -237,19 +238,19 @@ class Routed:
             None, route_all, self.router, ask)
         if not batch:
             return [await run_async(router_one(
-                self.leasing, body.states[0], body.questions, lang=ask.lang,
-                max_len=body.max_len, head_max_len=body.head_max_len,
-                min_confidence=ask.min_confidence, decision=decisions[0]))]
+                self.leasing, body.states[0], body.questions, CallOptions(
+                    lang=ask.lang, max_len=body.max_len, head_max_len=body.head_max_len,
+                    min_confidence=ask.min_confidence), decision=decisions[0]))]
         controls = _controls(ask, "lang", "max_len", "head_max_len")
         requests = [dict(state=state, questions=body.questions, **controls)
                     for state in body.states]
         return await run_async(router_batch(
-            self.leasing, requests, batch_size=self.shaping.batch_size(ask),
-            min_confidence=ask.min_confidence, decisions=decisions))
+            self.leasing, requests, CallOptions(min_confidence=ask.min_confidence),
+            batch_size=self.shaping.batch_size(ask), decisions=decisions))
 
     async def _predict(self, state: Any, questions: Any, **controls: Any) -> Dict[str, Any]:
         """One `Router.predict` call of a tournament: routed, then answered."""
-        return await run_async(router_one(self.leasing, state, questions, **controls))
+        return await run_async(router_one(self.leasing, state, questions, CallOptions(**controls)))
 
     def resident(self) -> Dict[str, Agent]:
         """The loaded agents by name, least recently used first, without touching the LRU."""

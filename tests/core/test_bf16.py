@@ -37,6 +37,7 @@ def _path(name: str) -> Path:
     return GOLDENS / DATA["checkpoints"][name]["path"]
 
 
+@pytest.mark.slow  # more than a second and a half (CONTRIBUTING.md's fast tier)
 @needs_bf16
 @pytest.mark.parametrize("name", sorted(DATA["checkpoints"]))
 def test_close_to_fp32(name: str, tmp_path, monkeypatch) -> None:

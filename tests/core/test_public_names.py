@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 # Extras a module may need; it is skipped only when the extra is really not installed here.
 OPTIONAL = ("cupy", "fastapi", "pydantic", "uvicorn", "prometheus_client", "pyarrow", "ray",
             "matplotlib", "tomli", "tqdm", "starlette", "httpx",
@@ -44,6 +46,7 @@ _PROBE = textwrap.dedent("""
 """) % (OPTIONAL,)
 
 
+@pytest.mark.slow  # more than a second and a half (CONTRIBUTING.md's fast tier)
 def test_importing_every_module_leaves_every_public_name_as_it_was():
     proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True,
                           timeout=300)

@@ -54,6 +54,14 @@ STUB_BODIES: Dict[str, Any] = {
 }
 """What the stub server answers at `/<name>/v1/systemone`: a laya-serve reply gone wrong."""
 
+FAIL_OPEN = {
+    "no-answers": "laya selects the first candidate for a reply that answers nothing; kime "
+                  "refuses the reply as malformed",
+    "unknown-choice": "laya selects the first candidate for a choice that names none; kime "
+                      "refuses the reply as malformed",
+}
+"""The stub replies laya's selectors read as a pick (fail open), recorded as `laya_fault`s."""
+
 
 class StubServer:
     """A real HTTP server on a free loopback port answering `STUB_BODIES` (standard library)."""
@@ -179,7 +187,8 @@ def cases() -> List[Dict[str, Any]]:
     # a laya-serve reply gone wrong (the stub server)
     for name in ("answers-list", "answer-string", "choice-list", "bare-array", "no-answers",
                  "unknown-choice", "low-confidence"):
-        sel("single_stub_" + name, agent=None, kwargs={"base_url": "<stub>/" + name})
+        sel("single_stub_" + name, agent=None, kwargs={"base_url": "<stub>/" + name},
+            **({"laya_fault": FAIL_OPEN[name]} if name in FAIL_OPEN else {}))
     sel("single_stub_low_confidence_fallback", agent=None,
         kwargs={"base_url": "<stub>/low-confidence", "confidence_threshold": 0.5,
                 "fallback_index": 0})
@@ -214,7 +223,8 @@ def cases() -> List[Dict[str, Any]]:
         kwargs={"base_url": "<closed>", "hooks": "<recorder>"})
     for name in ("probability-string", "probability-bool", "probabilities-list", "no-answers",
                  "answers-list"):
-        sel("multi_stub_" + name, cls="multi", agent=None, kwargs={"base_url": "<stub>/" + name})
+        sel("multi_stub_" + name, cls="multi", agent=None, kwargs={"base_url": "<stub>/" + name},
+            **({"laya_fault": FAIL_OPEN[name]} if name == "no-answers" else {}))
     sel("multi_serve", cls="multi", agent=None, choices=FOUR,
         kwargs={"base_url": "<serve>", "probability_threshold": 0.2})
 

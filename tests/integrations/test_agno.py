@@ -126,7 +126,7 @@ def test_laya_fault_is_not_kimes(cid: str, runners: Dict[str, Any]) -> None:
     case = CASES[cid]
     assert case["outcome"]["error"]["type"] == "TypeError"
     got = ac.run_case(module, case, runners)
-    assert got["error"]["type"] == "RuntimeError"
+    assert "RuntimeError" in got["error"]["mro"]
     assert got["error"]["message"] == CASES["remote_unreachable"]["outcome"]["error"]["message"]
 
 
@@ -378,26 +378,52 @@ def test_malformed_server_answers_fail_closed(canned: Any, reply: str, cls: str,
 
 
 @pytest.mark.parametrize("reply, index, confidence", [
-    ('{"answers": {"delegation": {"choice": "agent_2"}}}', 2, 1.0),
-    ('{"answers": {"delegation": {"choice": "agent_x", "confidence": 0.25}}}', 0, 0.25),
+    ('{"answers": {"delegation": {"choice": "agent_2"}}}', 2, None),
     ('{"answers": {"delegation": {"choice": "agent_1", "confidence": 0.4, '
      '"answer_confidence": 0.7}}}', 1, 0.7),
-    ('{"answers": {}}', 0, 1.0),
+    ('{"answers": {"delegation": {"choice": "agent_0", "confidence": 0.25}}}', 0, 0.25),
 ])
-def test_server_answer_readings(canned: Any, reply: str, index: int, confidence: float) -> None:
-    """laya's readings of a server's choice: `agent_<i>` is i, an unreadable key is 0, the
-    confidence is `answer_confidence`, else `confidence`, else 1.0."""
+def test_server_answer_readings(canned: Any, reply: str, index: int, confidence: Any) -> None:
+    """A server's pick is the member its key names; the confidence is `answer_confidence`,
+    else `confidence`. A reply with neither reports 0.0 and meets no threshold (laya reads it
+    as 1.0, which passes every threshold)."""
     canned.reply = reply
     url = "http://127.0.0.1:%d" % canned.server_address[1]
     decision = LayaAgnoRouter(base_url=url).route("hi", ["a", "b", "c"])
+    shown = 0.0 if confidence is None else confidence
     assert (decision.agent_index, decision.agent, decision.confidence) == (
-        index, "abc"[index], confidence)
-    low = LayaAgnoRouter(base_url=url, confidence_threshold=confidence + 0.01,
+        index, "abc"[index], shown)
+    low = LayaAgnoRouter(base_url=url, confidence_threshold=shown + 0.01,
                          raise_on_low_confidence=True)
-    if confidence < 1.0:
-        with pytest.raises(LayaLowConfidenceError) as err:
-            low.route("hi", ["a", "b", "c"])
-        assert err.value.confidence == confidence and err.value.raw_decision == json.loads(reply)
+    with pytest.raises(LayaLowConfidenceError) as err:
+        low.route("hi", ["a", "b", "c"])
+    assert err.value.confidence == shown and err.value.raw_decision == json.loads(reply)
+
+
+@pytest.mark.parametrize("reply, what", [
+    ('{"answers": {}}', "no answer to question 'delegation'"),
+    ('{"answers": {"delegation": {"confidence": 0.9}}}', "the answer to 'delegation' has no "
+     "'choice'"),
+    ('{"answers": {"delegation": {"choice": "agent_x", "confidence": 0.9}}}',
+     "'choice' 'agent_x' names none of the 3 candidates"),
+    ('{"answers": {"delegation": {"choice": "agent_-1", "confidence": 0.9}}}',
+     "'choice' 'agent_-1' names none of the 3 candidates"),
+    ('{"answers": {"delegation": {"choice": "agent_9", "confidence": 0.9}}}',
+     "'choice' 'agent_9' names none of the 3 candidates"),
+])
+def test_a_pick_outside_the_members_is_refused(canned: Any, reply: str, what: str) -> None:
+    """laya takes `agent_-1` as the last member, `agent_x` or no answer as the first, and
+    `agent_9` of three is an IndexError; kime refuses each as a malformed reply, even with a
+    fallback set (the fallback is for a low confidence, not for a reply that picked nothing)."""
+    canned.reply = reply
+    url = "http://127.0.0.1:%d" % canned.server_address[1]
+    for router in (LayaAgnoRouter(base_url=url),
+                   LayaAgnoRouter(base_url=url, confidence_threshold=0.99,
+                                  fallback_agent_index=1)):
+        with pytest.raises(RuntimeError) as err:
+            router.route("hi", ["a", "b", "c"])
+        assert str(err.value) == "Malformed decision response from Laya server at %s: %s" % (
+            url, what)
 
 
 def test_missing_agno_names_the_extra() -> None:

@@ -1,20 +1,23 @@
-"""The integrations' shared core: `controls`, `guard`, `remote` and `runner` (laya 0.4.15's
-`_controls`, `_guard`, `_call_remote` and `_execute_decision`, kept once in kime).
+"""The integrations' shared core and the one HTTP client: `kime.client.Client`,
+`kime.integrations.caller` and `kime.integrations.reading` (laya 0.4.15's `_controls`,
+`_guard`, `_call_remote` and `_execute_decision`, kept once in kime).
 
-- `remote.call_remote` against real HTTP servers on loopback: the body it sends (controls in
-  order, unset ones absent), the bearer key, redirects followed within one origin only (another
-  port, another scheme: refused before anything is sent there), malformed replies, HTTP errors,
-  a timeout, and `strict=False` handing the raw reply back;
-- `runner` on a kime Agent and a kime Router: the same answers as calling them directly, the
-  routing hints refused by name on an Agent, hooks and a callable `lang_guess` refused before a
-  request, `can_batch`/`execute_batch`;
-- `controls` and `guard`: laya's rules, with properties over arbitrary JSON answers.
+- `Client` against real HTTP servers on loopback: the body it sends (options in order, unset
+  ones absent), the bearer key, redirects followed within one origin only (another port,
+  another scheme: refused before anything is sent there), malformed replies (with the body
+  kept), HTTP errors, a timeout, and the retry policy (502/503/504 and a dropped connection,
+  bounded; nothing else retried);
+- `Caller` on a kime Agent, a kime Router and a plain object: the same answers as calling them
+  directly, the routing hints refused by name on an Agent, hooks and a callable `lang_guess`
+  refused before a request, batching;
+- `reading`: `pick` and `screen` fail closed, with properties over arbitrary JSON answers.
 """
 from __future__ import annotations
 
 import http.server
 import json
 import math
+import socket
 import threading
 import time
 import warnings
@@ -25,7 +28,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kime
-from kime.integrations import controls, guard, remote, runner
+from kime.client import Client, MalformedReply, Retry, StatusError
+from kime.integrations import reading
+from kime.integrations.caller import Caller, Foreign, default_router
+from kime.laya.options import NO_OPTIONS, CallOptions
 
 from .. import paths
 
@@ -91,7 +97,7 @@ def elsewhere() -> Iterator[Server]:
 @pytest.fixture(scope="module")
 def server(elsewhere: Server) -> Iterator[Server]:
     def slow(handler: Any) -> Tuple[int, Dict[str, str], bytes]:
-        time.sleep(1.5)
+        time.sleep(0.6)
         return _json({"answers": {}})
 
     def redirect(to: str) -> Tuple[int, Dict[str, str], bytes]:
@@ -136,13 +142,18 @@ def router() -> Any:
                                    "typed-decisions": TINY}, device="cpu")
 
 
-# ---- remote ----------------------------------------------------------------------------------
+# ---- the client -------------------------------------------------------------------------------
 
-def test_the_body_carries_each_set_control_in_order_and_the_bearer_key(server: Server) -> None:
+def answer(url: str, state: Any = INVOICE, options: CallOptions = NO_OPTIONS,
+           **client: Any) -> Any:
+    return Client(url, **client).answer(state, QUESTIONS, options)
+
+
+def test_the_body_carries_each_set_option_in_order_and_the_bearer_key(server: Server) -> None:
     server.seen.clear()
-    got = remote.call_remote(server.url + "/ok/", INVOICE, QUESTIONS, api_key="k1", model="m",
-                             lang_guess="de", min_confidence=0.0, lang="", max_len=64,
-                             head_max_len=None, task="english")
+    got = answer(server.url + "/ok/", options=CallOptions(
+        model="m", lang_guess="de", min_confidence=0.0, lang="", max_len=64, task="english"),
+        api_key="k1")
     assert got == {"answers": {"team": {"choice": "billing"}}, "model": "m"}
     (seen,) = server.seen
     assert (seen["method"], seen["path"], seen["auth"]) == ("POST", "/ok/v1/systemone",
@@ -151,20 +162,14 @@ def test_the_body_carries_each_set_control_in_order_and_the_bearer_key(server: S
                                   "min_confidence", "task", "lang_guess"]
     assert seen["body"]["lang"] == "" and seen["body"]["min_confidence"] == 0.0
     server.seen.clear()
-    remote.call_remote(server.url + "/ok/v1/systemone", INVOICE, QUESTIONS, model="")
+    answer(server.url + "/ok/v1/systemone", options=CallOptions(model="auto"))
     assert server.seen[0]["path"] == "/ok/v1/systemone" and server.seen[0]["auth"] is None
     assert list(server.seen[0]["body"]) == ["state", "questions"]
 
 
-def test_an_unknown_control_is_a_type_error_naming_it(server: Server) -> None:
-    with pytest.raises(TypeError, match="hooks, temperature"):
-        remote.call_remote(server.url + "/ok", "x", QUESTIONS, temperature=1, hooks=[])
-
-
 def test_a_same_origin_redirect_is_followed_with_the_key(server: Server) -> None:
     server.seen.clear()
-    got = remote.call_remote(server.url + "/same", INVOICE, QUESTIONS, api_key="k2")
-    assert got["model"] == "m"
+    assert answer(server.url + "/same", api_key="k2")["model"] == "m"
     assert [(s["path"], s["auth"]) for s in server.seen] == [("/same/v1/systemone", "Bearer k2"),
                                                               ("/ok/v1/systemone", "Bearer k2")]
 
@@ -175,7 +180,7 @@ def test_a_redirect_to_another_origin_is_refused_before_it_is_followed(
     server.seen.clear()
     elsewhere.seen.clear()
     with pytest.raises(RuntimeError) as info:
-        remote.call_remote(server.url + path, INVOICE, QUESTIONS, api_key="secret")
+        answer(server.url + path, api_key="secret")
     assert str(info.value) == (
         "Failed to connect to Laya server at %s%s/v1/systemone: <urlopen error refusing "
         "cross-origin or HTTPS-downgrade redirect>" % (server.url, path))
@@ -191,22 +196,23 @@ def test_a_redirect_to_another_origin_is_refused_before_it_is_followed(
 def test_a_malformed_reply_is_refused_in_layas_words(server: Server, path: str, what: str,
                                                      raw: Any) -> None:
     url = server.url + path
-    with pytest.raises(RuntimeError) as info:
-        remote.call_remote(url, INVOICE, QUESTIONS)
+    with pytest.raises(MalformedReply) as info:
+        answer(url)
     assert str(info.value) == ("Malformed decision response from Laya server at "
                                "%s/v1/systemone: %s" % (url, what))
-    # strict=False (laya's tool selector) hands the reply back for its own fallback
-    assert remote.call_remote(url, INVOICE, QUESTIONS, strict=False) == raw
+    assert isinstance(info.value, RuntimeError)
+    assert info.value.body == raw  # laya's tool selector reads it for its own fallback
 
 
-def test_a_reply_without_answers_is_not_malformed(server: Server) -> None:
-    assert remote.call_remote(server.url + "/no-answers", "x", QUESTIONS) == {"model": "m"}
+def test_a_reply_without_answers_is_not_malformed_to_the_client(server: Server) -> None:
+    """Whether a reply answers what was asked is the reader's to judge (`reading`)."""
+    assert answer(server.url + "/no-answers", "x") == {"model": "m"}
 
 
 def test_a_reply_that_is_not_json_is_a_connection_failure(server: Server) -> None:
     with pytest.raises(RuntimeError, match=r"^Failed to connect to Laya server at .*/not-json/"
                        r"v1/systemone: Expecting value"):
-        remote.call_remote(server.url + "/not-json", "x", QUESTIONS)
+        answer(server.url + "/not-json", "x")
 
 
 @pytest.mark.parametrize("path, status, body", [
@@ -216,30 +222,131 @@ def test_a_reply_that_is_not_json_is_a_connection_failure(server: Server) -> Non
 ])
 def test_an_http_error_is_the_status_and_the_body(server: Server, path: str, status: int,
                                                   body: str) -> None:
-    with pytest.raises(RuntimeError) as info:
-        remote.call_remote(server.url + path, "x", QUESTIONS)
+    with pytest.raises(StatusError) as info:
+        answer(server.url + path, "x")
     assert str(info.value) == "Laya server error %d: %s" % (status, body)
+    assert info.value.status == status and info.value.detail == json.loads(body)["detail"]
 
 
 def test_the_timeout_is_kept(server: Server) -> None:
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="Failed to connect to Laya server at .*timed out"):
-        remote.call_remote(server.url + "/slow", "x", QUESTIONS, timeout=0.3)
-    assert time.monotonic() - started < 1.4
-    assert remote.call_remote(server.url + "/slow", "x", QUESTIONS, timeout=5) == {"answers": {}}
+        answer(server.url + "/slow", "x", timeout=0.2)
+    assert time.monotonic() - started < 0.55
+    assert answer(server.url + "/slow", "x", timeout=5) == {"answers": {}}
 
 
 def test_a_closed_port_is_a_connection_failure() -> None:
     with pytest.raises(RuntimeError, match=r"^Failed to connect to Laya server at "
                        r"http://127\.0\.0\.1:1/v1/systemone: "):
-        remote.call_remote("http://127.0.0.1:1", "x", QUESTIONS)
+        answer("http://127.0.0.1:1", "x")
 
 
-# ---- runner ----------------------------------------------------------------------------------
+class Flaky:
+    """A loopback server that fails its first `failures` requests (answering `status`, or
+    closing the connection without a reply when `status` is 0), then answers a decision."""
 
-def test_execute_decision_on_an_agent_is_its_predict(agent: Any) -> None:
-    got = runner.execute_decision(INVOICE, QUESTIONS, agent=agent, max_len=64, lang="en",
-                                  min_confidence=0.3)
+    def __init__(self, failures: int, status: int) -> None:
+        outer = self
+        self.failures, self.status, self.seen = failures, status, 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.seen += 1
+                if outer.seen <= outer.failures and outer.status == 0:
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                status, body = ((outer.status, b'{"detail":"later"}')
+                                if outer.seen <= outer.failures
+                                else (200, b'{"answers":{}, "try": %d}' % outer.seen))
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("status", [502, 503, 504, 0])
+def test_a_retry_policy_sends_an_idempotent_request_again(status: int) -> None:
+    """A 502/503/504 or a dropped connection is sent again, up to `attempts` in all; without a
+    policy (laya's clients make none) the first failure is the answer."""
+    flaky = Flaky(failures=2, status=status)
+    try:
+        got = answer(flaky.url, retry=Retry(attempts=3, backoff_s=0.01))
+        assert got == {"answers": {}, "try": 3} and flaky.seen == 3
+        flaky.seen = 0
+        with pytest.raises(RuntimeError):
+            answer(flaky.url)
+        assert flaky.seen == 1
+        flaky.seen = 0
+        with pytest.raises(RuntimeError):
+            answer(flaky.url, retry=Retry(attempts=2, backoff_s=0.01))
+        assert flaky.seen == 2
+    finally:
+        flaky.stop()
+
+
+@pytest.mark.parametrize("status", [500, 401, 422])
+def test_other_failures_are_not_retried(status: int) -> None:
+    flaky = Flaky(failures=5, status=status)
+    try:
+        with pytest.raises(StatusError) as info:
+            answer(flaky.url, retry=Retry(attempts=4, backoff_s=0.01))
+        assert info.value.status == status and flaky.seen == 1
+    finally:
+        flaky.stop()
+
+
+def test_a_retry_policy_is_checked() -> None:
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(ValueError, match="attempts"):
+            Retry(attempts=bad)
+    with pytest.raises(ValueError, match="backoff_s"):
+        Retry(backoff_s=float("nan"))
+
+
+# ---- who answers -------------------------------------------------------------------------------
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the test checkpoints' temperatures
+def test_agent_router_and_client_are_one_decider(agent: Any, router: Any) -> None:
+    """One protocol: `answer`, `answer_batch` and their async twins, with `CallOptions`;
+    each the same as the answerer's own Laya methods."""
+    import asyncio
+
+    from kime.laya.decider import Decider
+
+    assert all(isinstance(d, Decider) for d in (agent, router, Client("http://127.0.0.1:1")))
+    states = [INVOICE, "Die App stürzt ab."]
+    options = CallOptions(max_len=96, min_confidence=0.2)
+    assert agent.answer(INVOICE, QUESTIONS, options) == agent.predict(
+        INVOICE, QUESTIONS, max_len=96, min_confidence=0.2)
+    assert asyncio.run(agent.answer_batch_async(states, QUESTIONS, options)) == \
+        agent.answer_batch(states, QUESTIONS, options) == agent.predict_batch(
+            states, QUESTIONS, max_len=96, min_confidence=0.2)
+    routed = router.answer_batch(states, QUESTIONS, options.but(lang_guess="de"))
+    assert routed == router.predict_batch(
+        [{"state": s, "questions": QUESTIONS, "max_len": 96, "lang_guess": "de"}
+         for s in states], min_confidence=0.2)
+    assert asyncio.run(router.answer_async(INVOICE, QUESTIONS, options)) == router.answer(
+        INVOICE, QUESTIONS, options) == router.predict(INVOICE, QUESTIONS, max_len=96,
+                                                        min_confidence=0.2)
+
+
+def test_an_agent_answers_as_its_predict(agent: Any) -> None:
+    options = CallOptions(max_len=64, lang="en", min_confidence=0.3)
+    got = Caller(agent=agent, options=options).decide(INVOICE, QUESTIONS)
     assert got == agent.predict(INVOICE, QUESTIONS, max_len=64, lang="en", min_confidence=0.3)
 
 
@@ -247,116 +354,177 @@ def test_execute_decision_on_an_agent_is_its_predict(agent: Any) -> None:
 def test_the_routing_hints_are_refused_on_an_agent_and_read_by_a_router(agent: Any,
                                                                           router: Any) -> None:
     with pytest.raises(ValueError) as info:
-        runner.execute_decision(INVOICE, QUESTIONS, agent=agent, task="english", lang_guess="de")
+        Caller(agent=agent, options=CallOptions(task="english", lang_guess="de")).decide(
+            INVOICE, QUESTIONS)
     assert str(info.value) == (
         "task, lang_guess are a routing hint, and Agent.predict does not read it: this runner "
         "answers on the checkpoint it was built with. Pass a Router as `agent=`, or drop them.")
-    got = runner.execute_decision(INVOICE, QUESTIONS, agent=router, task="english")
+    with pytest.raises(ValueError, match="^model is a routing hint, and Agent.predict does not"):
+        agent.answer(INVOICE, QUESTIONS, CallOptions(model="english"))
+    got = Caller(agent=router, options=CallOptions(task="english")).decide(INVOICE, QUESTIONS)
     assert got["routing"]["model"] == "english"
-    german = runner.execute_decision(INVOICE, QUESTIONS, agent=router, lang_guess="de")
+    german = Caller(agent=router, options=CallOptions(lang_guess="de")).decide(INVOICE, QUESTIONS)
     assert german["routing"]["model"] == "multilingual"
 
 
 def test_hooks_and_a_callable_lang_guess_are_refused_before_a_request(server: Server) -> None:
     server.seen.clear()
+    url = server.url + "/ok"
     with pytest.raises(ValueError, match="^hooks, on_predict_end run in the local runner"):
-        runner.execute_decision("x", QUESTIONS, base_url=server.url + "/ok", hooks=[],
-                                on_predict_end=print)
+        Caller(base_url=url, options=CallOptions(hooks=[], on_predict_end=print)).decide(
+            "x", QUESTIONS)
     with pytest.raises(ValueError, match="^lang_guess=<built-in function len> cannot be sent"):
-        runner.execute_decision("x", QUESTIONS, base_url=server.url + "/ok", lang_guess=len)
+        Caller(base_url=url, options=CallOptions(lang_guess=len)).decide("x", QUESTIONS)
     assert server.seen == []
-    got = runner.execute_decision("x", QUESTIONS, base_url=server.url + "/ok", api_key="k",
-                                  task="english", lang_guess="de", max_len=32)
+    got = Caller(base_url=url, api_key="k", options=CallOptions(
+        task="english", lang_guess="de", max_len=32)).decide("x", QUESTIONS)
     assert got["model"] == "m"
     assert server.seen[0]["body"]["task"] == "english" and server.seen[0]["auth"] == "Bearer k"
 
 
-def test_can_batch_and_execute_batch(agent: Any, router: Any) -> None:
-    assert runner.can_batch(agent) and runner.can_batch(router)
-    assert not runner.can_batch(agent, base_url="http://127.0.0.1:1")
-    assert runner.can_batch(agent, hooked=True) and not runner.can_batch(router, hooked=True)
-    assert not runner.can_batch(object())
+def test_batching_and_batches(agent: Any, router: Any) -> None:
+    hooked = CallOptions(hooks=[])
+    assert Caller(agent=agent).batches() and Caller(agent=router).batches()
+    assert not Caller(agent=agent, base_url="http://127.0.0.1:1").batches()
+    assert Caller(agent=agent, options=hooked).batches()
+    assert not Caller(agent=router, options=hooked).batches()
+    assert not Caller(agent=object()).batches()
     states = [INVOICE, "The app crashes on start.", "Wie viel kostet das?"]
-    ours = runner.execute_batch(states, QUESTIONS, agent=agent, max_len=64)
+    ours = Caller(agent=agent, options=CallOptions(max_len=64)).decide_batch(states, QUESTIONS)
     assert ours == agent.predict_batch(states, QUESTIONS, max_len=64)
-    routed = runner.execute_batch(states, QUESTIONS, agent=router, min_confidence=0.0,
-                                  lang_guess="de")
+    routed = Caller(agent=router, options=CallOptions(min_confidence=0.0, lang_guess="de")
+                    ).decide_batch(states, QUESTIONS)
     assert [r["routing"]["model"] for r in routed] == ["multilingual"] * 3
     with pytest.raises(ValueError, match="Agent.predict_batch does not read it"):
-        runner.execute_batch(states, QUESTIONS, agent=agent, task="english")
+        Caller(agent=agent, options=CallOptions(task="english")).decide_batch(states, QUESTIONS)
+
+
+def test_a_plain_object_is_asked_through_its_signature(agent: Any) -> None:
+    """laya's agents (any object with `predict`) get the options as keywords; a routing hint
+    its `predict` has no place for is refused by name, never retried without."""
+    calls: List[Dict[str, Any]] = []
+
+    class Narrow:
+        def predict(self, state: Any, questions: Any, lang: Any = None) -> Any:
+            calls.append({"state": state, "lang": lang})
+            return agent.predict(state, questions, lang=lang)
+
+    class Open:
+        def predict(self, state: Any, questions: Any, **options: Any) -> Any:
+            calls.append(options)
+            return {"answers": {}}
+
+    assert not isinstance(Narrow(), kime.Agent) and isinstance(
+        Caller(agent=Narrow()).decider(), Foreign)
+    got = Caller(agent=Narrow(), options=CallOptions(lang="en")).decide(INVOICE, QUESTIONS)
+    assert got == agent.predict(INVOICE, QUESTIONS, lang="en") and calls == [
+        {"state": INVOICE, "lang": "en"}]
+    with pytest.raises(ValueError, match=r"^lang_guess is a routing hint, and Narrow\.predict "
+                       r"does not read it: .* or drop it\.$"):
+        Caller(agent=Narrow(), options=CallOptions(lang_guess="de")).decide(INVOICE, QUESTIONS)
+    assert len(calls) == 1
+    Caller(agent=Open(), options=CallOptions(task="english", lang_guess="de")).decide("x", {})
+    assert calls[-1] == {"task": "english", "lang_guess": "de"}
 
 
 def test_the_default_router_is_one_kime_router() -> None:
-    first = runner.default_router()
-    assert isinstance(first, kime.Router) and runner.default_router() is first
+    first = default_router()
+    assert isinstance(first, kime.Router) and default_router() is first
 
 
-# ---- controls --------------------------------------------------------------------------------
-
-def test_controls_keep_decisions_and_drop_absences() -> None:
-    assert controls.hook_kwargs(hooks=[], hooks_raise=False) == {"hooks": [],
-                                                                 "hooks_raise": False}
-    assert controls.predict_kwargs(model="", lang="", min_confidence=0.0, max_len=8) == {
-        "max_len": 8, "lang": "", "min_confidence": 0.0}
-    assert list(controls.predict_kwargs("m", 1, 2, "de", 0.5)) == [
-        "model", "max_len", "head_max_len", "lang", "min_confidence"]
-    assert controls.router_kwargs(lang_guess="") == {"lang_guess": ""}
-    controls.reject_remote_hooks({"hooks": []}, None)
-    controls.reject_remote_hooks({}, "http://x")
-    controls.reject_remote_lang_guess({"lang_guess": len}, None)
-    controls.reject_remote_lang_guess({"lang_guess": "de"}, "http://x")
-
-
-def test_require_router_controls_asks_the_signature() -> None:
-    class Open:
-        def predict(self, state: Any, questions: Any, **kw: Any) -> None: ...
-
-    class Narrow:
-        def predict(self, state: Any, questions: Any, task: Any = None) -> None: ...
-
-    given_ = {"task": "english", "lang_guess": "de"}
-    assert controls.require_router_controls(Open(), "predict", given_) == given_
-    assert controls.require_router_controls(object(), "predict", given_) == given_
-    assert controls.require_router_controls(Narrow(), "predict", {"task": "x"}) == {"task": "x"}
-    with pytest.raises(ValueError, match=r"^lang_guess is a routing hint, and Narrow\.predict "
-                       r"does not read it: .* or drop it\.$"):
-        controls.require_router_controls(Narrow(), "predict", given_)
-
-
-# ---- guard -----------------------------------------------------------------------------------
+# ---- reading -----------------------------------------------------------------------------------
 
 def test_score_violation_probability() -> None:
     probs = {"0": 0.1, "1": 0.2, "2": 0.3, "3": 0.4}
-    assert guard.score_violation_probability({"probabilities": probs}) == pytest.approx(0.7)
-    assert guard.score_violation_probability({"probabilities": {"0": 0.5, "1": "0.5"}}) == 0.5
+    assert reading.score_violation_probability({"probabilities": probs}) == pytest.approx(0.7)
+    assert reading.score_violation_probability({"probabilities": {"0": 0.5, "1": "0.5"}}) == 0.5
     # unusable distributions fall through to the normalised expected level
-    assert guard.score_violation_probability({"probabilities": {"0": 0.5, "1": True},
-                                              "score": 0.5}) == 0.5
-    assert guard.score_violation_probability({"probabilities": [0.5], "score": 2.0},
-                                             levels=5) == 0.5
-    assert guard.score_violation_probability({"score": True}, levels=3) == 0.0
-    assert guard.score_violation_probability({"score": 1.0}, levels=1) == 0.0
+    assert reading.score_violation_probability({"probabilities": {"0": 0.5, "1": True},
+                                                "score": 0.5}) == 0.5
+    assert reading.score_violation_probability({"probabilities": [0.5], "score": 2.0},
+                                               levels=5) == 0.5
+    assert reading.score_violation_probability({"score": True}, levels=3) == 0.0
+    assert reading.score_violation_probability({"score": 1.0}, levels=1) == 0.0
 
 
 def test_the_malformed_refusals_name_where_and_what() -> None:
-    where = guard.where_of("http://h:1")
-    assert where == "Laya server at http://h:1" and guard.where_of(None) == "Laya"
+    where = reading.where_of("http://h:1")
+    assert where == "Laya server at http://h:1" and reading.where_of(None) == "Laya"
     with pytest.raises(RuntimeError, match=r"^Malformed decision response from Laya server at "
                        r"http://h:1: 'answers' must be a JSON object, got list$"):
-        guard.answers_map({"answers": []}, where)
+        reading.answers_map({"answers": []}, where)
     with pytest.raises(RuntimeError, match=r"the answer for 'q' must be a JSON object, got str"):
-        guard.answers_map({"answers": {"q": "yes"}})
+        reading.answers_map({"answers": {"q": "yes"}})
     with pytest.raises(RuntimeError, match=r"got NoneType"):
-        guard.answers_map(None)
-    assert guard.answers_map({"model": "m"}) == {}
+        reading.answers_map(None)
+    assert reading.answers_map({"model": "m"}) == {}
     for bad in (True, "0.5", None, math.nan, math.inf):
         with pytest.raises(RuntimeError, match=r"'noul' must be a finite number, got "):
-            guard.answer_number({"noul": bad}, "noul")
-    assert guard.answer_number({}, "noul", default=0.25) == 0.25
-    assert guard.probability_map({"probabilities": {"a": 1, "z": "x"}}, ["a", "b"]) == {
-        "a": 1.0, "b": 0.0}
+            reading.answer_number({"noul": bad}, "noul")
+    with pytest.raises(RuntimeError, match=r"'noul' must be a finite number, got None"):
+        reading.answer_number({}, "noul")  # missing is not 0.0
+    assert reading.probability_map({"probabilities": {"a": 1, "b": 0.5}}, ["a", "b"]) == {
+        "a": 1.0, "b": 0.5}
+    with pytest.raises(RuntimeError, match="'b' must be a finite number, got None"):
+        reading.probability_map({"probabilities": {"a": 1}}, ["a", "b"])
     with pytest.raises(RuntimeError, match="'probabilities' must be a JSON object, got list"):
-        guard.probability_map({"probabilities": [1]}, ["a"])
+        reading.probability_map({"probabilities": [1]}, ["a"])
+
+
+GUARD = {"jailbreak": {"type": "noul", "instructions": "?"},
+         "toxic": {"type": "score", "instructions": "?", "criteria": ["no", "bit", "very"]},
+         "topic": {"type": "choice", "instructions": "?", "criteria": {"a": "", "b": ""}}}
+PASSING = {"jailbreak": {"type": "noul", "noul": 0.1, "confidence": 0.9},
+           "toxic": {"type": "score", "score": 0.2, "probabilities": {"0": 0.8, "1": 0.2,
+                                                                       "2": 0.0}},
+           "topic": {"type": "choice", "choice": "a"}}
+
+
+@pytest.mark.parametrize("reply, what", [
+    ({}, "no answer to question 'jailbreak'"),
+    ({"answers": {}}, "no answer to question 'jailbreak'"),
+    ({"answers": {k: v for k, v in PASSING.items() if k != "toxic"}},
+     "no answer to question 'toxic'"),
+    ({"answers": dict(PASSING, jailbreak={"type": "noul", "confidence": 0.9})},
+     "'noul' must be a finite number, got None"),
+    ({"answers": dict(PASSING, jailbreak={"type": "noul", "noul": math.nan})},
+     "'noul' must be a finite number, got nan"),
+    ({"answers": dict(PASSING, jailbreak={"type": "noul", "noul": 1.5})},
+     "'noul' must be a probability in [0, 1], got 1.5"),
+    ({"answers": dict(PASSING, jailbreak={"type": "choice", "noul": 0.9})},
+     "the answer to 'jailbreak' is a 'choice', the question a 'noul'"),
+    ({"answers": dict(PASSING, toxic={"type": "score"})}, "'score' must be a finite number"),
+    ({"answers": dict(PASSING, toxic={"type": "score", "score": 1.0,
+                                      "probabilities": {"0": math.inf}})},
+     "'0' must be a finite number, got inf"),
+])
+def test_screen_fails_closed(reply: Any, what: str) -> None:
+    """A guard reply that leaves a question unanswered, or answers it without its finite
+    numbers or as another type, is refused: laya reads a missing `noul` as 0.0 (safe)."""
+    with pytest.raises(reading.MalformedDecision) as info:
+        reading.screen(reply, GUARD, 0.5, "Laya")
+    assert what in str(info.value)
+
+
+def test_screen_reports_what_breaks_the_policy() -> None:
+    assert reading.screen({"answers": PASSING}, GUARD, 0.5, "Laya") == ({}, PASSING)
+    worse = dict(PASSING, jailbreak={"type": "noul", "noul": 0.7, "confidence": 0.4},
+                 toxic={"type": "score", "score": 1.6, "probabilities": {
+                     "0": 0.1, "1": 0.2, "2": 0.7}, "confidence": 0.6})
+    found, _ = reading.screen({"answers": worse}, GUARD, 0.5, "Laya")
+    assert found == {"jailbreak": {"probability": 0.7, "confidence": 0.4},
+                     "toxic": {"score": 1.6, "probability": 0.9, "confidence": 0.6}}
+
+
+@pytest.mark.parametrize("choice, kind", [
+    (None, reading.Unanswered), ("c", reading.Unanswered), ("agent_-1", reading.Unanswered),
+    (["a"], reading.MalformedDecision), (1, reading.MalformedDecision)])
+def test_pick_refuses_what_is_not_a_candidate(choice: Any, kind: type) -> None:
+    reply = {"answers": {"q": {"choice": choice, "answer_confidence": 0.9}}}
+    with pytest.raises(kind):
+        reading.pick(reply, "q", ["a", "b"], "Laya")
+    with pytest.raises(reading.Unanswered):
+        reading.pick({"answers": {}}, "q", ["a", "b"], "Laya")
 
 
 json_values = st.recursive(
@@ -365,23 +533,36 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
                                                                  max_size=4),
     max_leaves=10)
-answers = st.dictionaries(st.sampled_from(["probabilities", "score", "noul", "choice"]),
+answers = st.dictionaries(st.sampled_from(["probabilities", "score", "noul", "choice", "type",
+                                           "answer_confidence", "confidence"]),
                           json_values | st.dictionaries(st.sampled_from(["0", "1", "2", "a"]),
-                                                        json_values, max_size=4), max_size=4)
+                                                        json_values, max_size=4), max_size=6)
 
 
-@given(answers, st.integers(0, 6))
-def test_guard_reads_any_answer_or_refuses_it_in_one_wording(answer: Dict[str, Any],
-                                                             levels: int) -> None:
-    value = guard.score_violation_probability(answer, levels)
+@given(answers, st.integers(0, 6), st.floats(0, 1))
+def test_reading_any_answer_passes_only_a_complete_one_or_refuses_in_one_wording(
+        answer: Dict[str, Any], levels: int, threshold: float) -> None:
+    value = reading.score_violation_probability(answer, levels)
     assert isinstance(value, (int, float))
-    for call in (lambda: guard.answer_number(answer, "noul"),
-                 lambda: guard.probability_map(answer, ["0", "1"]),
-                 lambda: guard.answers_map({"answers": answer})):
+    question = {"q": {"type": "noul", "instructions": "?"}}
+    for call in (lambda: reading.answer_number(answer, "noul"),
+                 lambda: reading.probability_map(answer, ["0", "1"]),
+                 lambda: reading.screen({"answers": {"q": answer}}, question, threshold, "Laya"),
+                 lambda: reading.pick({"answers": {"q": answer}}, "q", ["a", "0"], "Laya",
+                                      threshold)):
         try:
-            call()
+            got = call()
         except RuntimeError as e:
-            assert str(e).startswith(guard.MALFORMED_PREFIX + " from Laya: ")
+            assert str(e).startswith(reading.MALFORMED_PREFIX + " from Laya: ")
+            continue
+        if isinstance(got, tuple):  # screen passed or found: the noul was there, a probability
+            noul = answer["noul"]
+            assert answer.get("type", "noul") == "noul" and 0 <= noul <= 1
+            assert bool(got[0]) == (noul >= threshold)
+        elif isinstance(got, reading.Pick):  # a pick: a candidate, low unless confident enough
+            assert got.key == answer["choice"] and got.key in ("a", "0")
+            assert got.low == (threshold > 0 and (got.confidence is None
+                                                  or got.confidence < threshold))
 
 
 _LAZY_PROBE = """
@@ -404,6 +585,7 @@ json.dump({"before": before, "missing": missing, "found": found}, sys.stdout)
 """
 
 
+@pytest.mark.slow  # more than a second and a half (CONTRIBUTING.md's fast tier)
 def test_the_package_exports_every_name_lazily() -> None:
     """`import kime.integrations` imports no framework; each of laya's names resolves from its
     framework module (or, where the framework is absent, names the extra to install)."""

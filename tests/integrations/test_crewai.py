@@ -43,6 +43,7 @@ from kime.integrations.errors import LayaLowConfidenceError
 from .. import paths
 from ..golden_cases import assert_same
 from . import crewai_cases as cc
+from . import test_faults as faults
 
 TINY = str(paths.TINY)
 ML = str(paths.MULTILINGUAL_TINY)
@@ -454,21 +455,41 @@ def test_malformed_server_answers_fail_closed(canned: Any, reply: str, cls: str,
 
 
 @pytest.mark.parametrize("reply, index, confidence", [
-    ('{"answers": {"delegation": {"choice": "agent_2"}}}', 2, 1.0),
-    ('{"answers": {"delegation": {"choice": "agent_x", "confidence": 0.25}}}', 0, 0.25),
+    ('{"answers": {"delegation": {"choice": "agent_2"}}}', 2, 0.0),
     ('{"answers": {"delegation": {"choice": "agent_1", "confidence": 0.4, '
      '"answer_confidence": 0.7}}}', 1, 0.7),
-    ('{"answers": {"delegation": {"choice": "agent_1", "confidence": true}}}', 1, 1.0),
-    ('{"answers": {}}', 0, 1.0),
+    ('{"answers": {"delegation": {"choice": "agent_1", "confidence": true}}}', 1, 0.0),
 ])
 def test_server_answer_readings(canned: Any, reply: str, index: int, confidence: float) -> None:
-    """laya's readings of a server's choice: `agent_<i>` is i, an unreadable key is 0, the
-    confidence is `answer_confidence`, else a numeric `confidence`, else 1.0."""
+    """A server's `agent_<i>` is member i; the confidence is `answer_confidence`, else a
+    numeric `confidence`; with neither it reports 0.0 and meets no threshold (laya: 1.0)."""
     canned.reply = reply
     url = "http://127.0.0.1:%d" % canned.server_address[1]
     decision = LayaCrewRouter(base_url=url).route("hi", ["a", "b", "c"])
     assert (decision.agent_index, decision.agent, decision.confidence) == (
         index, "abc"[index], confidence)
+    gated = LayaCrewRouter(base_url=url, confidence_threshold=confidence + 0.01,
+                           fallback_agent_index=0).route("hi", ["a", "b", "c"])
+    assert gated.agent_index == 0 and gated.reason.startswith("Delegated to fallback agent")
+
+
+@pytest.mark.parametrize("reply, what", [
+    ('{"answers": {}}', "no answer to question 'delegation'"),
+    ('{"answers": {"delegation": {"choice": "agent_x", "confidence": 0.25}}}',
+     "'choice' 'agent_x' names none of the 3 candidates"),
+    ('{"answers": {"delegation": {"choice": "agent_-1", "confidence": 0.9}}}',
+     "'choice' 'agent_-1' names none of the 3 candidates"),
+    ('{"answers": {"delegation": {"choice": "agent_9", "confidence": 0.9}}}',
+     "'choice' 'agent_9' names none of the 3 candidates"),
+])
+def test_a_pick_outside_the_crew_is_refused(canned: Any, reply: str, what: str) -> None:
+    """laya delegates `agent_-1` to the last member and `agent_x` or nothing to the first, and
+    `agent_9` of three is an IndexError; kime refuses each reply, naming the server."""
+    canned.reply = reply
+    url = "http://127.0.0.1:%d" % canned.server_address[1]
+    with pytest.raises(RuntimeError) as err:
+        LayaCrewRouter(base_url=url).route("hi", ["a", "b", "c"])
+    assert str(err.value) == "Malformed decision response from Laya server at %s: %s" % (url, what)
 
 
 def test_threshold_and_task_text_properties() -> None:
@@ -497,3 +518,18 @@ def test_threshold_and_task_text_properties() -> None:
 
     threshold()
     task_text()
+
+
+@pytest.mark.parametrize("cid", sorted(c for c, case in faults.CASES.items()
+                                       if case["framework"] == "crewai"))
+def test_kime_blocks_or_refuses_what_laya_lets_through(cid: str) -> None:
+    """`test_faults.py`'s CrewAI cases (CrewAI has this venv): laya's guard lets `{}`, no
+    answers, a missing `noul` or an untyped one through, and its router picks a member it was
+    not offered; kime's refuses the reply, or blocks the task."""
+    from . import faults_cases as fc
+
+    stub = fc.StubServer()
+    try:
+        faults.check(faults.CASES[cid], stub.url)
+    finally:
+        stub.stop()

@@ -82,9 +82,10 @@ def runners() -> Iterator[Dict[str, Any]]:
 
 def _kime_error_is(got: Dict[str, Any], want: Dict[str, Any]) -> None:
     """kime's refusal is laya's: the same type, or a kime error subclassing it (InvalidRequest
-    is a ValueError), with laya's message."""
+    is a ValueError, the client's ConnectFailure a RuntimeError), with laya's message."""
     if got["type"] != want["type"]:
-        cls = getattr(kime, got["type"], None) or getattr(module, got["type"], None)
+        cls = (getattr(kime, got["type"], None) or getattr(module, got["type"], None)
+               or getattr(kime.client, got["type"], None))
         base = getattr(builtins, want["type"], None)
         assert cls is not None and base is not None and issubclass(cls, base), (got, want)
     assert got["message"] == want["message"], (got, want)

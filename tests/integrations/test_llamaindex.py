@@ -28,7 +28,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import kime
-from kime.integrations import controls
+from kime.integrations import caller
 
 from .. import paths
 from ..laya_replay import assert_same
@@ -114,7 +114,14 @@ def _play(case: Dict[str, Any], agents: Dict[str, Any], urls: Dict[str, str]) ->
 FAULTS = {
     "single_stub_out_of_range": (RuntimeError, "Malformed decision response from Laya server at "
                                  "<stub>/out-of-range: 'choice' 'choice_7' names none of the 3 "
-                                 "choices"),
+                                 "candidates"),
+    "single_stub_unknown-choice": (RuntimeError, "Malformed decision response from Laya server "
+                                   "at <stub>/unknown-choice: 'choice' 'billing' names none of "
+                                   "the 3 candidates"),
+    "single_stub_no-answers": (RuntimeError, "Malformed decision response from Laya server at "
+                               "<stub>/no-answers: no answer to question 'selector'"),
+    "multi_stub_no-answers": (RuntimeError, "Malformed decision response from Laya server at "
+                              "<stub>/no-answers: no answer to question 'selector'"),
     "route_list_engines": (TypeError, "query_engines must be a dict of key -> query engine, "
                            "got list"),
 }
@@ -210,10 +217,7 @@ def test_constructors_take_laya_arguments(name: str) -> None:
     params = inspect.signature(getattr(mod, name)).parameters.values()
     ours = [[p.name, None if p.default is p.empty else repr(p.default)] for p in params]
     assert ours == GOLDEN["signatures"][name]
-    every = (controls.PREDICT_CONTROLS + controls.DECISION_CONTROLS + controls.HOOK_CONTROLS
-             + controls.ROUTER_ONLY_CONTROLS)
-    assert set(every) | {"agent", "base_url", "api_key", "model"} == set(common.CONTROL_NAMES)
-    assert set(common.CONTROL_NAMES) <= {p.name for p in params}
+    assert set(caller.CONTROLS) <= {p.name for p in params}
 
 
 def test_a_keyed_kime_serve(agents: Dict[str, Any]) -> None:
@@ -282,13 +286,3 @@ def test_every_candidate_becomes_a_criterion(choices: Any) -> None:
         name = choice.get("name") if isinstance(choice, dict) else getattr(choice, "name", None)
         text = criteria["choice_%d" % i]
         assert text and (not name or text.startswith(name + ": "))
-
-
-@given(st.one_of(st.none(), st.booleans(), st.text(max_size=3),
-                 st.floats(allow_nan=True, allow_infinity=True)),
-       st.one_of(st.none(), st.floats(0, 1)))
-def test_the_gate_reads_answer_confidence_then_confidence(value: Any, fallback: Any) -> None:
-    answer = {"answer_confidence": value, "confidence": fallback}
-    got = common.gated_confidence(answer)
-    usable = isinstance(value, float) and value == value and abs(value) != float("inf")
-    assert got == (value if usable else fallback if fallback is not None else 1.0)

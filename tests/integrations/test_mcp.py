@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -37,6 +38,7 @@ from kime.mcp.remote import RemoteRouter
 from kime.mcp.validate import ToolError
 
 from .. import paths
+from ..golden_cases import assert_same
 from . import mcp_cases as mc
 
 FUNCTIONS = {"laya_status": status.laya_status, "laya_preset": status.laya_preset,
@@ -115,6 +117,7 @@ def test_presets_listing_is_laya_s():
     assert status.get_available_presets() == mc.GOLDEN["presets"]
 
 
+@pytest.mark.slow  # more than a second and a half (CONTRIBUTING.md's fast tier)
 def test_long_state_goes_to_predict_long_not_predict(router):
     state = {"text": "The order arrived late and the box was damaged. " * 2000}
     questions = mc.CASES[1]["args"]["questions"]
@@ -290,6 +293,36 @@ def test_http_open_without_keys():
         server.stop()
 
 
+# --- the server's tools on its event loop --------------------------------------------------------
+
+def _settings(**extra: Any) -> Any:
+    from kime.serve import Settings
+
+    return Settings(model=["%s=%s" % item for item in mc.MODELS.items()], device="cpu",
+                    threads=1, **extra)
+
+
+def test_an_internal_error_is_logged_with_its_cause(caplog, tmp_path):
+    """A tool's `internal_error` (kime's fault or the deployment's, not the client's) reaches
+    the client as its message and the server's log with its traceback."""
+    from mcp.server.mcpserver.exceptions import ToolError as SdkToolError
+
+    from kime.mcp.runner import Runner
+    from kime.mcp.server import build_server
+
+    broken = _settings(preload_models=["english"]).model_copy(
+        update={"model": ["english=%s" % (tmp_path / "missing")]})
+    server = build_server(Runner(broken))
+    case = next(c for c in mc.CASES if c["id"] == "predict_english")
+    with caplog.at_level("ERROR", logger="kime.mcp"):
+        with pytest.raises(SdkToolError) as info:
+            asyncio.run(server.call_tool(case["tool"], mc.expand(case["args"])))
+    assert '"error": "internal_error"' in str(info.value), str(info.value)
+    (record,) = [r for r in caplog.records if r.name == "kime.mcp"]
+    assert "laya_predict failed: router construction failed" in record.getMessage()
+    assert record.exc_info is not None
+
+
 # --- remote: a real kime serve on loopback -------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -354,6 +387,30 @@ def test_remote_answers_as_in_process(served, router):
 
 
 @pytest.mark.slow
+def test_remote_async_reaches_the_server_and_loads_nothing(served, router, monkeypatch):
+    """The remote router is a Router that only routes, composed with the one HTTP client; it
+    is not a Router. Its async answers reach the server (sync and batch alike), with the Hub
+    offline and no checkpoint in this process, where laya's subclass ran the local pipeline and
+    raised ModelNotFound for convaiinnovations/laya."""
+    from kime.laya.decider import Decider
+    from kime.laya.options import CallOptions
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    remote = RemoteRouter("http://127.0.0.1:%d" % served.port, api_key=served.key)
+    assert not isinstance(remote, kime.Router) and isinstance(remote, Decider)
+    case = next(c for c in mc.CASES if c["id"] == "predict_english")
+    state, questions = case["args"]["state"], case["args"]["questions"]
+    options = CallOptions(model="english")
+    one = asyncio.run(remote.answer_async(state, questions, options))
+    two = asyncio.run(remote.answer_batch_async([state, {"text": "Zweite Nachricht"}], questions,
+                                                options))
+    here = router.predict(state, questions, model="english")
+    for there in (one, two[0], remote.answer(state, questions, options)):
+        assert_same(_served_fields(there["answers"]), here["answers"])
+        assert there["routing"]["model"] == "english"
+    assert len(two) == 2 and remote.resident() == {}
+
+
 def test_remote_errors_keep_laya_s_codes(served):
     by_id = {c["id"]: c for c in mc.CASES}
     args = mc.expand(by_id["predict_english"]["args"])

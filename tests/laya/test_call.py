@@ -20,7 +20,7 @@ import pytest
 
 import kime
 from kime.laya.call import agent_requests
-from kime.laya.driver import Blocking, Together, run, run_async
+from kime.laya.driver import Blocking, run, run_async
 
 from ..laya_replay import GOLDENS, assert_same
 
@@ -169,28 +169,6 @@ def test_a_failure_reaches_the_pipeline_and_its_cleanup_runs(fail):
         else:
             assert drive(_failing_after(steps, fail)) == 3
             assert steps == ["first", "second", "cleanup"]
-
-
-def test_together_runs_in_order_sync_and_concurrently_async():
-    started = threading.Barrier(2, timeout=10)
-
-    def meet(tag: str):
-        return (yield Blocking(lambda: (started.wait(), tag)[1]))
-
-    # concurrently: two steps that each wait for the other only finish if both run at once
-    assert asyncio.run(run_async(_together(meet))) == ["a", "b"]
-    order: List[str] = []
-
-    def note(tag: str):
-        return (yield Blocking(lambda: (order.append(tag), tag)[1]))
-
-    assert run(_together(note)) == ["a", "b"] and order == ["a", "b"]
-
-
-def _together(make):
-    def pipeline():
-        return (yield Together([make("a"), make("b")]))
-    return pipeline()
 
 
 def test_a_lease_taken_by_a_cancelled_call_is_given_back(tiny_path):

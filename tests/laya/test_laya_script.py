@@ -154,6 +154,7 @@ def run_script(python: str, tmp_path: Path, shim: bool) -> Dict[str, Any]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # more than a second and a half (CONTRIBUTING.md's fast tier)
 def test_a_laya_script_runs_unchanged_as_import_kime_as_laya(tmp_path):
     out = run_script(sys.executable, tmp_path, shim=True)
     assert out["state"]["body"].startswith("Hi team,") and "wrote:" not in out["state"]["body"]

@@ -8,6 +8,7 @@ or CLI code reaches into a private attribute of an engine or a backend.
 from __future__ import annotations
 
 import ast
+import functools
 import warnings
 from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
@@ -66,7 +67,9 @@ def _imports(name: str, path: Path, known: Set[str]) -> Set[str]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def _graph() -> Dict[str, Set[str]]:
+    """Every module's kime imports, parsed once per session (the tests only read it)."""
     mods = _modules()
     known = set(mods)
     return {name: _imports(name, path, known) for name, path in mods.items()}

@@ -48,3 +48,68 @@ def test_busy_503_counts_every_request_in_flight(tmp_path):
         for sock in held:
             sock.close()
         srv.stop()
+
+
+@pytest.mark.slow  # a server in this process, a hook held on purpose
+def test_a_hung_up_request_holds_its_slot_until_its_hooks_end(tiny_path):
+    """A client that hangs up cancels its request, and the request keeps its slot (`/ready`'s
+    `in_flight`, `max_queue`'s count) until the cancelled call has finished its hooks: a slot
+    freed while a hook still runs would let the next request in beside it."""
+    import threading
+    import time
+    import urllib.error
+    import urllib.request
+    import warnings
+
+    import uvicorn
+
+    import kime
+    from kime.serve import Settings, create_app
+
+    entered, release, ended = threading.Event(), threading.Event(), []
+
+    class Held:
+        def on_predict_start(self, ctx):
+            entered.set()
+            release.wait(30)
+
+        def on_predict_end(self, ctx):
+            ended.append(type(ctx.error).__name__)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = kime.load(str(tiny_path), device="cpu", threads=1, hooks=[Held()])
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(
+        create_app(agent, Settings(model=agent.model_id, max_queue=1)), host="127.0.0.1",
+        port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+
+    def in_flight():
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/ready" % port, timeout=10) as r:
+                return json.loads(r.read())["in_flight"]
+        except urllib.error.HTTPError as busy:  # 503 while the one slot is held
+            return json.loads(busy.read())["in_flight"]
+
+    try:
+        _deadline("the server to start", lambda: server.started)
+        body = json.dumps({"state": "hung up", "questions": QUESTIONS}).encode()
+        sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        sock.sendall(b"POST /v1/systemone HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: "
+                     b"application/json\r\ncontent-length: " + str(len(body)).encode()
+                     + b"\r\n\r\n" + body)
+        assert entered.wait(30)
+        sock.close()  # the client hangs up while the start hook runs
+        time.sleep(0.6)  # the server has seen the hang-up (it polls every 50 ms)
+        assert in_flight() == 1 and ended == []
+        release.set()
+        _deadline("the cancelled call to end", lambda: in_flight() == 0)
+        assert ended == ["CancelledError"]
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(timeout=30)

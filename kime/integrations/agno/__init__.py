@@ -1,8 +1,8 @@
 """Laya 0.4.15's agno integration on kime (`kime.integrations.agno` is `laya.integrations.agno`):
 `LayaAgnoRouter` and its `AgnoRouteDecision` (`router`), `LayaAgnoGuardrail` and
-`LayaAgnoGuardrailError` (`guardrail`), what they read off agno objects (`members`) and what the
-two share (`common`). Importing this costs no agno import; constructing either class checks that
-agno is installed and names `pip install 'kime[agno]'` when it is not.
+`LayaAgnoGuardrailError` (`guardrail`), and what they read off agno objects (`members`).
+Importing this costs no agno import; constructing either class checks that agno is installed
+and names `pip install 'kime[agno]'` when it is not.
 
     from agno.agent import Agent
     from agno.team import Team

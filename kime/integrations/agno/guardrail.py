@@ -9,9 +9,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Dict, Optional
 
-from ..guard import answers_map, violations, where_of
-from .common import Controlled, require_agno
+from ..caller import Controlled, takes_controls
+from ..reading import screen
 from .members import message_text
+from .router import require_agno
 
 DEFAULT_REJECTION = "This message cannot be processed because it violates safety guidelines."
 
@@ -40,19 +41,14 @@ class LayaAgnoGuardrail(Controlled):
             message through unchanged, as laya does.
         rejection_message: what `"filter"` returns for a violating message.
         threshold: the violation probability, in [0, 1] (ValueError outside it).
-        agent, base_url, api_key, model, ...: the per-call controls, as on `LayaAgnoRouter`.
+        agent, base_url, api_key, model, ...: where the decision runs and its per-call
+            options, as on `LayaAgnoRouter`.
     """
 
+    @takes_controls()
     def __init__(self, questions: Optional[Dict[str, Any]] = None, action: str = "raise",
-                 rejection_message: str = DEFAULT_REJECTION, threshold: float = 0.5,
-                 agent: Optional[Any] = None, base_url: Optional[str] = None,
-                 api_key: Optional[str] = None, model: Optional[str] = None,
-                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                 lang: Optional[str] = None, min_confidence: Optional[float] = None,
-                 task: Optional[str] = None, lang_guess: Optional[Any] = None,
-                 hooks: Optional[Any] = None, on_predict_start: Optional[Any] = None,
-                 on_predict_end: Optional[Any] = None, hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None):
+                 rejection_message: str = DEFAULT_REJECTION, threshold: float = 0.5, *,
+                 controls: Dict[str, Any]):
         require_agno()
         # The chained comparison itself, so a non-number fails as laya's does (TypeError).
         if not 0.0 <= threshold <= 1.0:
@@ -61,7 +57,7 @@ class LayaAgnoGuardrail(Controlled):
         self.action = action
         self.rejection_message = rejection_message
         self.threshold = threshold
-        self._keep_controls(locals())
+        self._keep_controls(controls)
 
     def _questions(self) -> Dict[str, Any]:
         if self.questions is not None:
@@ -69,22 +65,18 @@ class LayaAgnoGuardrail(Controlled):
         from ...laya.presets import guard_questions
         return guard_questions()
 
-    def _violations(self, answers: Dict[str, Dict[str, Any]],
-                    qdefs: Dict[str, Any]) -> Dict[str, Any]:
-        return violations(answers, qdefs, self.threshold, where_of(self.base_url))
-
     def screen(self, message: Any) -> Any:
         """Screen `message` (a string, an agno `RunResponse`/`Message`, a dict).
 
         Returns the message itself when it passes (or in an unknown action), the rejection
         message (`"filter"`), or the annotated message (`"annotate"`). Raises
-        `LayaAgnoGuardrailError` in `"raise"` mode for a violation, RuntimeError for an answer that
-        cannot be read.
+        `LayaAgnoGuardrailError` in `"raise"` mode for a violation, RuntimeError for a reply that
+        does not answer every question (in every mode: a reply that cannot be read never
+        passes).
         """
         qdefs = self._questions()
         res = self._decide(message_text(message), qdefs)
-        answers = answers_map(res, where_of(self.base_url))
-        violations = self._violations(answers, qdefs)
+        violations, answers = screen(res, qdefs, self.threshold, self.caller.where)
         passed = not violations
         if not passed and self.action == "raise":
             raise LayaAgnoGuardrailError(

@@ -1,7 +1,7 @@
 """What the six LangChain classes share: the langchain-core import (with the extra to install
-when it is missing), the constructor arguments every class keeps as pydantic fields, and the
-runnable that decides one input per `invoke` and a list of them in one engine pass per `batch`
-(laya 0.4.15's `_BatchedRunnable`).
+when it is missing), the controls every class keeps as pydantic fields (its constructor takes
+them through `caller.takes_controls`), and the runnable that decides one input per `invoke` and
+a list of them in one engine pass per `batch` (laya 0.4.15's `_BatchedRunnable`).
 
 No `from __future__ import annotations` here nor in the class modules, on purpose: LangGraph 1.2
 reads a conditional edge's type hints with `typing.get_type_hints(router)`, which evaluates
@@ -11,8 +11,7 @@ namespace.
 """
 from typing import Any, Dict, List, Optional, Sequence, Union
 
-from ..controls import hook_kwargs
-from ..runner import can_batch, execute_batch, execute_decision
+from ..caller import Caller
 from .text import StateKey, extract_text
 
 EXTRA = "pip install 'kime[langchain]'"
@@ -25,24 +24,14 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError("kime's LangChain integration needs langchain-core: %s (%s)"
                       % (EXTRA, exc), name=exc.name) from exc
 
-CONTROLS = ("agent", "base_url", "api_key", "model", "max_len", "head_max_len", "task",
-            "lang_guess", "hooks", "on_predict_start", "on_predict_end", "hooks_raise",
-            "hooks_timeout")
-"""The constructor arguments all six classes take besides `state_key` (laya lists them on
-each), and pass to every decision."""
-
-DECISION_CONTROLS = ("lang", "min_confidence")
-"""The two more that every class but `LayaDecision` takes and forwards."""
-
-HOOKS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
-
-
 def fields_of(values: Dict[str, Any]) -> Dict[str, Any]:
-    """A constructor's `locals()` as pydantic field values: its named arguments and whatever
-    came in `**kwargs` (kept as extra attributes, as laya does)."""
+    """A constructor's `locals()` as pydantic field values: its named arguments, the controls
+    `takes_controls` gathered, and whatever came in `**kwargs` (kept as extra attributes, as
+    laya does)."""
     extra = values.pop("kwargs", {})
+    controls = values.pop("controls")
     named = {k: v for k, v in values.items() if k not in ("self", "__class__")}
-    return dict(named, **extra)
+    return dict(named, **controls, **extra)
 
 
 def per_input_config(config: Any, n: int) -> List[Any]:
@@ -74,8 +63,10 @@ class LayaRunnable(RunnableSerializable):
     hooks_raise: Optional[bool] = None
     hooks_timeout: Optional[float] = None
 
-    def _hook_kwargs(self) -> Dict[str, Any]:
-        return hook_kwargs(*(getattr(self, name) for name in HOOKS))
+    @property
+    def caller(self) -> Caller:
+        """Who answers, with which options: the fields as they are now."""
+        return Caller.of(self)
 
     def _state(self, value: Any) -> Any:
         return extract_text(value, self.state_key)
@@ -112,11 +103,9 @@ class BatchedRunnable(LayaRunnable):
     def _finish(self, result: Dict[str, Any], input: Any) -> Any:
         raise NotImplementedError
 
-    def _controls(self) -> Dict[str, Any]:
-        return {name: getattr(self, name) for name in CONTROLS + DECISION_CONTROLS}
-
     def _decide(self, state: Any, questions: Dict[str, Any]) -> Dict[str, Any]:
-        return execute_decision(state, questions, **self._controls())
+        result: Dict[str, Any] = self.caller.decide(state, questions)
+        return result
 
     def invoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
         """Decide one input: on `agent`, on the server at `base_url`, or on the default Router."""
@@ -140,13 +129,8 @@ class BatchedRunnable(LayaRunnable):
                 except Exception as exc:  # returned, per the Runnable contract
                     outcomes.append(exc)
             return outcomes
-        hooked = self._hook_kwargs()
-        if not can_batch(self.agent, self.base_url, hooked=bool(hooked)):
+        caller = self.caller
+        if not caller.batches():
             return super().batch(inputs, config, **kwargs)
-        c = self._controls()
-        results = execute_batch(
-            [self._state(item) for item in inputs], self._questions(), agent=self.agent,
-            model=c["model"], max_len=c["max_len"], head_max_len=c["head_max_len"],
-            lang=c["lang"], min_confidence=c["min_confidence"], hook_kwargs=hooked,
-            task=c["task"], lang_guess=c["lang_guess"])
+        results = caller.decide_batch([self._state(item) for item in inputs], self._questions())
         return [self._finish(result, item) for result, item in zip(results, inputs)]

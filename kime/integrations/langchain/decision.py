@@ -13,16 +13,18 @@ runner has `predict_batch` and no hooks are set; otherwise input by input, as la
 
 No `from __future__ import annotations`: see `base`, LangGraph reads these hints.
 """
+from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ...laya.structured import (decide, decide_batch, questions_from_json_schema,
                                 questions_from_pydantic)
-from ..controls import (predict_kwargs, reject_remote_hooks, reject_remote_lang_guess,
-                        require_router_controls, router_kwargs)
-from ..remote import call_remote
-from ..runner import can_batch, default_router
+from ..caller import Caller, Predicting, takes_controls
 from .base import LayaRunnable, RunnableConfig, fields_of
 from .text import StateKey
+
+
+UNREAD = ("lang", "min_confidence")
+"""The controls laya's `LayaDecision` does not take."""
 
 
 def validate_schema(schema: Any) -> None:
@@ -33,19 +35,6 @@ def validate_schema(schema: Any) -> None:
         questions_from_json_schema(schema)
 
 
-class RemoteRunner:
-    """A laya-serve-compatible server behind the `predict` that `decide` calls, so a remote
-    decision shares the in-process projection."""
-
-    def __init__(self, base_url: str, api_key: Optional[str] = None) -> None:
-        self.base_url = base_url
-        self.api_key = api_key
-
-    def predict(self, state: Any, questions: Dict[str, Any], **overrides: Any) -> Dict[str, Any]:
-        """One POST to `/v1/systemone`; `overrides` holds only the controls that were set."""
-        return call_remote(self.base_url, state, questions, api_key=self.api_key, **overrides)
-
-
 class LayaDecision(LayaRunnable):
     """Decides an input against `decision_schema` (a JSON schema dict or a pydantic model) and
     returns its values, or a `DecisionResult` with `return_details=True`. The runner and the
@@ -54,36 +43,24 @@ class LayaDecision(LayaRunnable):
     decision_schema: Any
     return_details: bool = False
 
+    @takes_controls(omit=UNREAD)
     def __init__(self, decision_schema: Any, return_details: bool = False,
-                 state_key: StateKey = None, agent: Optional[Any] = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, task: Optional[str] = None,
-                 lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
-                 on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
-                 hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
+                 state_key: StateKey = None, *, controls: Dict[str, Any],
                  **kwargs: Any) -> None:
         validate_schema(decision_schema)
         super().__init__(**fields_of(locals()))
 
+    @property
+    def caller(self) -> Caller:
+        """Who answers, with the options this class forwards (not `lang` nor `min_confidence`,
+        which it keeps as extra attributes when given, as laya's does)."""
+        caller = Caller.of(self)
+        return replace(caller, options=caller.options.without(*UNREAD))
+
     def _runner(self) -> Tuple[Any, Dict[str, Any]]:
-        """The runner `decide` calls and the overrides it forwards: the server, with hooks and
-        a callable `lang_guess` refused by name; else the agent or the default Router, with
-        the routing hints refused where its `predict` cannot read them."""
-        hooked = self._hook_kwargs()
-        overrides = predict_kwargs(self.model, self.max_len, self.head_max_len)
-        routing = router_kwargs(self.task, self.lang_guess)
-        runner: Any
-        if self.base_url:
-            reject_remote_hooks(hooked, self.base_url)
-            reject_remote_lang_guess(routing, self.base_url)
-            runner = RemoteRunner(self.base_url, self.api_key)
-            overrides.update(routing)
-        else:
-            runner = self.agent if self.agent is not None else default_router()
-            overrides.update(require_router_controls(runner, "predict", routing))
-            overrides.update(hooked)
-        return runner, overrides
+        """What `decide` calls (the answerer, behind `predict`) and the options it forwards."""
+        caller = self.caller
+        return Predicting(caller.decider()), caller.options.given()
 
     def invoke(self, input: Any, config: Optional[RunnableConfig] = None, **kwargs: Any) -> Any:
         """The schema's values for one input, or its `DecisionResult`."""
@@ -97,8 +74,8 @@ class LayaDecision(LayaRunnable):
         """Every input's values in one engine pass, in input order (see the module docstring
         for when it goes input by input)."""
         inputs = list(inputs)
-        if (not inputs or return_exceptions or self._hook_kwargs()
-                or not can_batch(self.agent, self.base_url)):
+        caller = self.caller
+        if not inputs or return_exceptions or caller.options.hooked or not caller.batches():
             return super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
         runner, overrides = self._runner()
         return decide_batch(runner, [self._state(item) for item in inputs],

@@ -2,18 +2,21 @@
 nodes (laya 0.4.15's, in `laya/integrations/langchain.py`).
 
 Each `noul` question whose probability reaches `threshold`, and each `score` question whose
-probability of the upper half of its scale does (`guard.score_violation_probability`), is a
-violation. `action` says what then happens: `raise` (`LayaGuardrailError`, with the violations
-and the decision), `filter` (the input dict with `output` set to `rejection_message`, or the
-message itself), `annotate` (the input with a `guardrails` report, passed or not). Otherwise
-the input goes on unchanged. Without `questions`, laya's `guard_questions()` preset.
+probability of the upper half of its scale does, is a violation (`reading.screen`); a reply
+that does not answer every question with its finite numbers is refused, never passed (laya
+reads a missing or NaN `noul` as safe). `action` says what then happens: `raise`
+(`LayaGuardrailError`, with the violations and the decision), `filter` (the input dict with
+`output` set to `rejection_message`, or the message itself), `annotate` (the input with a
+`guardrails` report, passed or not). Otherwise the input goes on unchanged. Without
+`questions`, laya's `guard_questions()` preset.
 
 No `from __future__ import annotations`: see `base`, LangGraph reads these hints.
 """
 from typing import Any, Dict, Optional
 
 from ...laya.presets import guard_questions
-from ..guard import score_violation_probability
+from ..caller import takes_controls
+from ..reading import screen
 from .base import BatchedRunnable, fields_of
 from .text import StateKey
 
@@ -43,16 +46,10 @@ class LayaGuardrail(BatchedRunnable):
     rejection_message: str = REJECTION
     threshold: float = 0.5
 
+    @takes_controls()
     def __init__(self, questions: Optional[Dict[str, Any]] = None, action: str = "raise",
                  rejection_message: str = REJECTION, threshold: float = 0.5,
-                 state_key: StateKey = None, agent: Optional[Any] = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
-                 min_confidence: Optional[float] = None, task: Optional[str] = None,
-                 lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
-                 on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
-                 hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
+                 state_key: StateKey = None, *, controls: Dict[str, Any],
                  **kwargs: Any) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError("threshold must be a probability in [0, 1]; got %r" % (threshold,))
@@ -61,25 +58,9 @@ class LayaGuardrail(BatchedRunnable):
     def _questions(self) -> Dict[str, Any]:
         return self.questions if self.questions is not None else guard_questions()
 
-    def _violations(self, answers: Dict[str, Any]) -> Dict[str, Any]:
-        questions = self._questions()
-        found: Dict[str, Any] = {}
-        for qid, answer in answers.items():
-            kind = answer.get("type")
-            if kind == "noul" and answer.get("noul", 0.0) >= self.threshold:
-                found[qid] = {"probability": answer["noul"],
-                              "confidence": answer.get("confidence", 0.0)}
-            elif kind == "score":
-                levels = len(questions.get(qid, {}).get("criteria") or [])
-                p = score_violation_probability(answer, levels)
-                if p >= self.threshold:
-                    found[qid] = {"score": answer.get("score", 0.0), "probability": round(p, 4),
-                                  "confidence": answer.get("confidence", 0.0)}
-        return found
-
     def _finish(self, result: Dict[str, Any], input: Any) -> Any:
-        answers = result.get("answers", {})
-        violations = self._violations(answers)
+        violations, answers = screen(result, self._questions(), self.threshold,
+                                     self.caller.where)
         passed = not violations
         if not passed and self.action == "raise":
             raise LayaGuardrailError("Laya guardrail policy violation detected: %s"

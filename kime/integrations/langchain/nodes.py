@@ -11,12 +11,20 @@ No `from __future__ import annotations`: see `base`, LangGraph reads these hints
 from typing import Any, Dict, Optional
 
 from ...laya.presets import triage_questions
+from ..caller import takes_controls
+from ..reading import answer_number, answer_to, answers_map
 from .base import BatchedRunnable, fields_of
 from .text import StateKey
 
 
-def _noul_at_least_half(answers: Dict[str, Any], qid: str) -> bool:
-    return bool(answers.get(qid, {}).get("noul", 0.0) >= 0.5)
+def _read(result: Any, questions: Dict[str, Any], where: str) -> Dict[str, Any]:
+    """The answers to `questions`, every one there (`reading.answer_to`): a triage or a grade
+    of a reply that left a question out would report a default as the model's answer."""
+    return {qid: answer_to(result, qid, where) for qid in questions}
+
+
+def _at_least_half(answers: Dict[str, Any], qid: str, where: str) -> bool:
+    return answer_number(answers[qid], "noul", where) >= 0.5
 
 
 class LayaTriage(BatchedRunnable):
@@ -25,14 +33,8 @@ class LayaTriage(BatchedRunnable):
     `refund_requested`. `batch` triages a backlog in one engine pass. The runner and per-call
     arguments are `LayaRouter`'s."""
 
-    def __init__(self, state_key: StateKey = None, agent: Optional[Any] = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
-                 min_confidence: Optional[float] = None, task: Optional[str] = None,
-                 lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
-                 on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
-                 hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
+    @takes_controls()
+    def __init__(self, state_key: StateKey = None, *, controls: Dict[str, Any],
                  **kwargs: Any) -> None:
         super().__init__(**fields_of(locals()))
 
@@ -40,15 +42,15 @@ class LayaTriage(BatchedRunnable):
         return triage_questions()
 
     def _finish(self, result: Dict[str, Any], state: Any) -> Dict[str, Any]:
-        answers = result.get("answers", {})
-        intent = answers.get("intent", {})
+        where = self.caller.where
+        answers = _read(result, self._questions(), where)
         triage = {
-            "intent": intent.get("choice"),
-            "intent_confidence": intent.get("confidence"),
-            "is_urgent": _noul_at_least_half(answers, "is_urgent"),
-            "frustration_score": answers.get("frustration", {}).get("score"),
-            "churn_risk": _noul_at_least_half(answers, "churn_risk"),
-            "refund_requested": _noul_at_least_half(answers, "refund_requested"),
+            "intent": answers["intent"].get("choice"),
+            "intent_confidence": answers["intent"].get("confidence"),
+            "is_urgent": _at_least_half(answers, "is_urgent", where),
+            "frustration_score": answers["frustration"].get("score"),
+            "churn_risk": _at_least_half(answers, "churn_risk", where),
+            "refund_requested": _at_least_half(answers, "refund_requested", where),
         }
         if isinstance(state, dict):
             return dict(state, triage=triage)
@@ -62,15 +64,9 @@ class LayaEvaluator(BatchedRunnable):
 
     questions: Dict[str, Any]
 
-    def __init__(self, questions: Dict[str, Any], state_key: StateKey = None,
-                 agent: Optional[Any] = None, base_url: Optional[str] = None,
-                 api_key: Optional[str] = None, model: Optional[str] = None,
-                 max_len: Optional[int] = None, head_max_len: Optional[int] = None,
-                 lang: Optional[str] = None, min_confidence: Optional[float] = None,
-                 task: Optional[str] = None, lang_guess: Optional[Any] = None,
-                 hooks: Optional[Any] = None, on_predict_start: Optional[Any] = None,
-                 on_predict_end: Optional[Any] = None, hooks_raise: Optional[bool] = None,
-                 hooks_timeout: Optional[float] = None, **kwargs: Any) -> None:
+    @takes_controls()
+    def __init__(self, questions: Dict[str, Any], state_key: StateKey = None, *,
+                 controls: Dict[str, Any], **kwargs: Any) -> None:
         super().__init__(**fields_of(locals()))
 
     def evaluate_strings(self, *, prediction: str, input: Optional[str] = None,
@@ -84,5 +80,5 @@ class LayaEvaluator(BatchedRunnable):
         return self.questions
 
     def _finish(self, result: Dict[str, Any], input: Any) -> Dict[str, Any]:
-        answers: Dict[str, Any] = result.get("answers", {})
-        return answers
+        _read(result, self.questions, self.caller.where)
+        return answers_map(result, self.caller.where)

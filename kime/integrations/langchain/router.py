@@ -4,14 +4,16 @@
 One `choice` question (`route`) over the caller's `criteria` (label -> description). The label
 is the answer's choice, or `fallback` when a `confidence_threshold` above 0 is set and the
 answer's confidence is below it (the number core's `min_confidence` gate reads: the answer's
-`answer_confidence`, else its `confidence`; an answer with neither counts as fully confident).
-The whole decision is kept as `last_decision`.
+`answer_confidence`, else its `confidence`; an answer with neither meets no threshold). A
+reply whose choice is none of the labels is refused (laya hands the label on). The whole
+decision is kept as `last_decision`.
 
 No `from __future__ import annotations`: see `base`, LangGraph reads these hints.
 """
 from typing import Any, Dict, Optional
 
-from ...laya.confidence import gate_confidence
+from ..caller import takes_controls
+from ..reading import pick
 from .base import BatchedRunnable, fields_of
 from .text import StateKey
 
@@ -34,17 +36,11 @@ class LayaRouter(BatchedRunnable):
     question_id: str = "route"
     last_decision: Optional[Dict[str, Any]] = None
 
+    @takes_controls()
     def __init__(self, criteria: Dict[str, str],
                  instructions: str = "Which route should handle this request?",
                  confidence_threshold: float = 0.0, fallback: Optional[str] = None,
-                 state_key: StateKey = None, agent: Optional[Any] = None,
-                 base_url: Optional[str] = None, api_key: Optional[str] = None,
-                 model: Optional[str] = None, max_len: Optional[int] = None,
-                 head_max_len: Optional[int] = None, lang: Optional[str] = None,
-                 min_confidence: Optional[float] = None, task: Optional[str] = None,
-                 lang_guess: Optional[Any] = None, hooks: Optional[Any] = None,
-                 on_predict_start: Optional[Any] = None, on_predict_end: Optional[Any] = None,
-                 hooks_raise: Optional[bool] = None, hooks_timeout: Optional[float] = None,
+                 state_key: StateKey = None, *, controls: Dict[str, Any],
                  **kwargs: Any) -> None:
         super().__init__(**fields_of(locals()))
         # laya's: the question id is fixed whatever was passed, and no decision is kept yet
@@ -57,12 +53,8 @@ class LayaRouter(BatchedRunnable):
 
     def _finish(self, result: Dict[str, Any], input: Any) -> str:
         self.last_decision = result
-        answer = result["answers"][self.question_id]
-        confidence = gate_confidence(answer)
-        if confidence is None:
-            confidence = 1.0
-        if (self.confidence_threshold > 0.0 and confidence < self.confidence_threshold
-                and self.fallback is not None):
+        chosen = pick(result, self.question_id, list(self.criteria), self.caller.where,
+                      self.confidence_threshold)
+        if chosen.low and self.fallback is not None:
             return self.fallback
-        choice: str = answer["choice"]
-        return choice
+        return chosen.key
