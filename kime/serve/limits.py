@@ -44,8 +44,6 @@ class Body:
 
     states: List[Any]
     questions: Dict[Any, Any]
-    max_len: Optional[int]
-    head_max_len: Optional[int]
     batch_size: Optional[int]
 
 
@@ -65,12 +63,9 @@ def check_shape(body: Any, batch: bool, max_choice_options: int = MAX_CHOICE_OPT
     return states, questions
 
 
-def budgets(body: Dict[str, Any], batch: bool, states: List[Any], questions: Any,
-            max_token_budget: int) -> Body:
-    """The body with its token budgets checked (`budget`)."""
-    max_len, head_max_len = (budget(body, key, max_token_budget) for key in BUDGETS)
-    return Body(states=states, questions=questions, max_len=max_len, head_max_len=head_max_len,
-                batch_size=body.get("batch_size") if batch else None)
+def budgets(body: Dict[str, Any], max_token_budget: int) -> Dict[str, Optional[int]]:
+    """The body's token budgets, each checked (`budget`), by name."""
+    return {key: budget(body, key, max_token_budget) for key in BUDGETS}
 
 
 def _fields(body: Any, batch: bool) -> Tuple[List[Any], Any]:

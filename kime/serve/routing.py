@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 from .. import names
-from ..laya.confidence import MinConfidence, check_min_confidence
+from ..laya.confidence import check_min_confidence
+from ..laya.options import CallOptions
 from .limits import (MAX_CHOICE_OPTIONS, Body, budgets, check_batch_controls, check_languages,
                      check_model, check_shape, refuse)
 from .settings import ConfigError, Settings
@@ -116,20 +117,16 @@ def build_router(settings: Settings) -> Router:
 
 @dataclass(frozen=True)
 class Ask:
-    """A routed request that passed laya serve's checks: the body and its routing controls."""
+    """A routed request that passed laya serve's checks: what is asked (`body`) and the call's
+    options, parsed once here (the routing controls, the token budgets, the confidence gate;
+    a body cannot carry hooks)."""
 
     body: Body
-    model: Optional[str]
-    task: Any
-    lang: Optional[str]
-    lang_guess: Optional[str]
-    min_confidence: Optional[MinConfidence]
+    options: CallOptions
 
     def route_kwargs(self) -> Dict[str, Any]:
         """The controls `Router.route` takes, each only when the client sent it."""
-        return {k: v for k, v in (("model", self.model), ("task", self.task),
-                                  ("lang", self.lang), ("lang_guess", self.lang_guess))
-                if v is not None}
+        return self.options.given("model", "task", "lang", "lang_guess")
 
 
 def check_routed_body(raw: Any, batch: bool, resolve: Callable[[Any], str],
@@ -156,7 +153,7 @@ def check_single_body(raw: Any, batch: bool, served: str, max_token_budget: int,
 
 def _controls(raw: Dict[str, Any], batch: bool, states: List[Any], questions: Any,
               model: Optional[str], max_token_budget: int) -> Ask:
-    body = budgets(raw, batch, states, questions, max_token_budget)
+    token_budgets = budgets(raw, max_token_budget)
     check_languages(raw)
     min_confidence = None
     if raw.get("min_confidence") is not None:
@@ -166,8 +163,12 @@ def _controls(raw: Dict[str, Any], batch: bool, states: List[Any], questions: An
             raise refuse(422, str(e)) from None
     if batch:
         check_batch_controls(raw)
-    return Ask(body=body, model=model, task=raw.get("task"), lang=raw.get("lang"),
-               lang_guess=raw.get("lang_guess"), min_confidence=min_confidence)
+    body = Body(states=states, questions=questions,
+                batch_size=raw.get("batch_size") if batch else None)
+    return Ask(body=body, options=CallOptions(
+        model=model, task=raw.get("task"), lang=raw.get("lang"), lang_guess=raw.get("lang_guess"),
+        min_confidence=min_confidence, max_len=token_budgets["max_len"],
+        head_max_len=token_budgets["head_max_len"]))
 
 
 def resolve_model(value: Any, resolve: Callable[[Any], str]) -> Optional[str]:

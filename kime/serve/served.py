@@ -62,17 +62,11 @@ class Shaping:
         if self.max_batch_tokens is None:
             return body.batch_size
         n_questions = len(body.questions) if isinstance(body.questions, dict) else 0
-        planned = chunk_size(len(body.states), n_questions, body.max_len, self.max_batch_tokens)
+        planned = chunk_size(len(body.states), n_questions, ask.options.max_len,
+                             self.max_batch_tokens)
         if body.batch_size is None:
             return planned
         return body.batch_size if planned is None else min(body.batch_size, planned)
-
-
-def _controls(ask: Ask, *keys: str) -> Dict[str, Any]:
-    values = {"model": ask.model, "task": ask.task, "lang": ask.lang,
-              "lang_guess": ask.lang_guess, "max_len": ask.body.max_len,
-              "head_max_len": ask.body.head_max_len, "min_confidence": ask.min_confidence}
-    return {key: values[key] for key in keys if values[key] is not None}
 
 
 class One:
@@ -93,7 +87,7 @@ class One:
     async def answer(self, ask: Ask, batch: bool) -> List[Dict[str, Any]]:
         """`Agent.predict` for one state, `Agent.predict_batch` for a batch, with the body's
         language, budgets and gate; each state narrowed by elimination when `plan` says so."""
-        controls = _controls(ask, "lang", "max_len", "head_max_len", "min_confidence")
+        controls = ask.options.given("lang", "max_len", "head_max_len", "min_confidence")
         large = self.shaping.plan(ask)
         body = ask.body
         if large is not None:
@@ -229,8 +223,7 @@ class Routed:
         body = ask.body
         large = self.shaping.plan(ask)
         if large is not None:
-            controls = _controls(ask, "model", "task", "lang", "lang_guess", "max_len",
-                                 "head_max_len", "min_confidence")
+            controls = ask.options.given()
             return list(await asyncio.gather(*(narrowing.answer(
                 self._predict, state, body.questions, large, self.shaping.group, **controls)
                 for state in body.states)))
@@ -238,14 +231,13 @@ class Routed:
             None, route_all, self.router, ask)
         if not batch:
             return [await run_async(router_one(
-                self.leasing, body.states[0], body.questions, CallOptions(
-                    lang=ask.lang, max_len=body.max_len, head_max_len=body.head_max_len,
-                    min_confidence=ask.min_confidence), decision=decisions[0]))]
-        controls = _controls(ask, "lang", "max_len", "head_max_len")
+                self.leasing, body.states[0], body.questions,
+                ask.options.without("model", "task", "lang_guess"), decision=decisions[0]))]
+        controls = ask.options.given("lang", "max_len", "head_max_len")
         requests = [dict(state=state, questions=body.questions, **controls)
                     for state in body.states]
         return await run_async(router_batch(
-            self.leasing, requests, CallOptions(min_confidence=ask.min_confidence),
+            self.leasing, requests, CallOptions(min_confidence=ask.options.min_confidence),
             batch_size=self.shaping.batch_size(ask), decisions=decisions))
 
     async def _predict(self, state: Any, questions: Any, **controls: Any) -> Dict[str, Any]:
