@@ -197,10 +197,16 @@ def _guarded(qid: Any, question: Any, answer: Dict[str, Any], where: str
         return kind, probability
     if kind == "score":
         answer_number(answer, "score", where)
+        levels = len(question.get("criteria") or [])
         probs = answer.get("probabilities")
         if probs is not None:
-            probability_map(answer, list(probs) if isinstance(probs, dict) else [], where)
-        levels = len(question.get("criteria") or [])
+            # every level the question has, and no other: a reply that drops the upper levels
+            # (or names a scale of one) would otherwise read as "no violation"
+            wanted = [str(i) for i in range(levels)] if levels else list(probs or {})
+            if isinstance(probs, dict) and levels and sorted(probs) != sorted(wanted):
+                raise malformed(where, "'probabilities' of %r must give levels %s, got %s"
+                                % (qid, wanted, sorted(probs)))
+            probability_map(answer, wanted, where)
         return kind, score_violation_probability(answer, levels)
     return str(kind), 0.0
 

@@ -495,8 +495,15 @@ PASSING = {"jailbreak": {"type": "noul", "noul": 0.1, "confidence": 0.9},
      "the answer to 'jailbreak' is a 'choice', the question a 'noul'"),
     ({"answers": dict(PASSING, toxic={"type": "score"})}, "'score' must be a finite number"),
     ({"answers": dict(PASSING, toxic={"type": "score", "score": 1.0,
-                                      "probabilities": {"0": math.inf}})},
+                                      "probabilities": {"0": math.inf, "1": 0.0, "2": 0.0}})},
      "'0' must be a finite number, got inf"),
+    # the upper levels dropped: the scale would read as one level, so never a violation
+    ({"answers": dict(PASSING, toxic={"type": "score", "score": 0.0,
+                                      "probabilities": {"0": 1.0}})},
+     "'probabilities' of 'toxic' must give levels ['0', '1', '2'], got ['0']"),
+    ({"answers": dict(PASSING, toxic={"type": "score", "score": 0.0,
+                                      "probabilities": {"0": 0.5, "1": 0.5, "x": 0.0}})},
+     "must give levels ['0', '1', '2'], got ['0', '1', 'x']"),
 ])
 def test_screen_fails_closed(reply: Any, what: str) -> None:
     """A guard reply that leaves a question unanswered, or answers it without its finite
