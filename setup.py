@@ -77,10 +77,30 @@ CSRC = sorted(glob("kime/_cpu/csrc/*.c"))
 HEADERS = sorted(glob("kime/_cpu/csrc/*.h"))
 CSRC_LIB = "kimecsrc"
 
-# Extra flags for one C file on one machine (`sysconfig.get_platform()`'s last part: x86_64,
-# aarch64, arm64, ...). Empty today: every ISA-specific function carries its own target attribute,
-# so the whole library is compiled for the generic baseline and dispatches at run time.
-CSRC_FLAGS: dict[str, dict[str, list[str]]] = {}
+# Flags for one C file: "*" on every machine, else `sysconfig.get_platform()`'s last part (x86_64,
+# aarch64, ...), for GCC and clang (MSVC never contracts across statements under /fp:precise).
+# Every ISA-specific function carries its own target attribute, so the whole library is compiled
+# for the generic baseline and dispatches at run time; these flags only pin what GCC would
+# otherwise decide by its defaults (tests/toolchain.py compiles the C harnesses from this table).
+# - Contraction (a * b + c into one FMA): off where plain C must round as the x86-64 baseline
+#   does (attention.c: RoPE, softmax, the NEON/C tiles' scaling; forward.c: the norms, the
+#   embedding sum, the scorer), since aarch64's baseline and the AVX-512 norm have FMA; on
+#   everywhere else (GCC's own default for C, written out so that clang matches it).
+# - qgemm_neon.c: no pre-allocation scheduling (see that file); attention.c likewise, for its
+#   NEON tile (its k-loop keeps its 24 accumulators in registers). Instruction order only.
+CONTRACT_OFF = ["-ffp-contract=off"]
+CSRC_FLAGS: dict[str, dict[str, list[str]]] = {
+    "attention.c": {"*": CONTRACT_OFF, "aarch64": ["-fno-schedule-insns"]},
+    "forward.c": {"*": CONTRACT_OFF},
+    "qgemm_neon.c": {"*": ["-ffp-contract=fast"], "aarch64": ["-fno-schedule-insns"]},
+}
+CSRC_DEFAULT_FLAGS = ["-ffp-contract=fast"]
+
+
+def csrc_flags(name: str, machine: str) -> list[str]:
+    """The extra flags `csrc/name` is compiled with on `machine` (GCC and clang)."""
+    table = CSRC_FLAGS.get(name, {"*": CSRC_DEFAULT_FLAGS})
+    return table.get("*", []) + table.get(machine, [])
 
 
 def jobs() -> int:
@@ -131,6 +151,7 @@ class BuildExt(build_ext):
         out = Path(self.build_temp) / "csrc"
         machine = sysconfig.get_platform().rsplit("-", 1)[-1]
         obj_ext = self.compiler.obj_extension or ".o"
+        msvc = self.compiler.compiler_type == "msvc"
         stale: list[tuple[str, list[str]]] = []
         objects: list[str] = []
         for source in CSRC:
@@ -140,7 +161,7 @@ class BuildExt(build_ext):
             if self.force or not obj.is_file() or any(
                 Path(i).stat().st_mtime > obj.stat().st_mtime for i in inputs
             ):
-                extra = CSRC_FLAGS.get(Path(source).name, {}).get(machine, [])
+                extra = [] if msvc else csrc_flags(Path(source).name, machine)
                 stale.append((source, compile_args + extra))
         library = self.compiler.library_filename(CSRC_LIB, output_dir=str(out))
         if not stale and Path(library).is_file():
@@ -171,10 +192,11 @@ class BuildExt(build_ext):
         """A file rewritten only when the flags or directives change, listed as a dependency.
 
         build_ext skips an extension whose library is newer than its sources, so without this
-        switching KIME_NO_OPENMP or KIME_DEBUG would keep the old library.
+        switching KIME_NO_OPENMP or KIME_DEBUG, or editing CSRC_FLAGS, would keep the old
+        library.
         """
         stamp = Path(self.build_temp) / "kime-build-flags.txt"
-        text = f"{flags}\n{sorted(DIRECTIVES.items())}\n"
+        text = f"{flags}\n{sorted(DIRECTIVES.items())}\n{sorted(CSRC_FLAGS.items())}\n"
         if not stamp.is_file() or stamp.read_text() != text:
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.write_text(text)

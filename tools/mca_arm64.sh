@@ -90,7 +90,10 @@ echo "|---|---|---|---|---|---|---|---|"
 for entry in "${KERNELS[@]}"; do
   read -r file fn mnem what <<<"$entry"
   if [[ -z ${ASM[$file]:-} ]]; then
-    "$CC" -O3 -S -I"$SRC" "$SRC/$file" -o "$TMP/${file%.c}.s"
+    # the flags setup.py builds the file with (contraction, scheduling)
+    flags=$(cd "$ROOT" && python3 -c 'import sys; from tests.toolchain import csrc_flags; print(" ".join(csrc_flags(sys.argv[1], "aarch64")))' "$file")
+    # shellcheck disable=SC2086
+    "$CC" -O3 -S $flags -I"$SRC" "$SRC/$file" -o "$TMP/${file%.c}.s"
     ASM[$file]=$TMP/${file%.c}.s
   fi
   loop=$TMP/$fn.s

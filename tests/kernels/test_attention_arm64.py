@@ -22,7 +22,7 @@ from typing import Dict
 
 import pytest
 
-from ..toolchain import working
+from ..toolchain import build_program, working
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kime" / "_cpu" / "csrc"
@@ -31,7 +31,7 @@ CROSS = working("aarch64-linux-gnu-gcc")
 QEMU = working("qemu-aarch64-static")
 NATIVE = working("gcc") or working("cc")
 # forward.c (the norm) references the GEMMs, so the harness links every kernel source
-SOURCES = ["attention.c", "forward.c", "gemm.c", "qgemm.c", "bgemm.c", "isa.c"]
+SOURCES = ["attention.c", "forward.c", "gemm.c", "qgemm.c", "qgemm_neon.c", "bgemm.c", "isa.c"]
 
 pytestmark = [
     pytest.mark.slow,
@@ -44,21 +44,18 @@ pytestmark = [
 MODELS = {"cortex-a57": "neon", "neoverse-n1": "dotprod", "max,sme=off": "bf16"}
 
 
-def _build(compiler: str, out: Path, static: bool) -> subprocess.Popen[bytes]:
-    cmd = [compiler, "-O3", "-fopenmp", "-Wall", "-I", str(CSRC), str(HARNESS),
-           *(str(CSRC / name) for name in SOURCES), "-lm", "-o", str(out)]
-    return subprocess.Popen(cmd + (["-static"] if static else []), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+def _build(compiler: str, machine: str, out: Path, static: bool) -> subprocess.Popen[bytes]:
+    return build_program(compiler, machine, HARNESS, SOURCES, out, static)
 
 
 @pytest.fixture(scope="module")
 def binaries(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    """Both builds at once (each compiles six sources, about 10 s)."""
+    """Both builds at once (each compiles seven sources, about 10 s)."""
     tmp = tmp_path_factory.mktemp("arm64-attention")
     assert CROSS and NATIVE
     paths = {"aarch64": tmp / "harness-aarch64", "native": tmp / "harness-native"}
-    builds = {"aarch64": _build(CROSS, paths["aarch64"], True),
-              "native": _build(NATIVE, paths["native"], False)}
+    builds = {"aarch64": _build(CROSS, "aarch64", paths["aarch64"], True),
+              "native": _build(NATIVE, "x86_64", paths["native"], False)}
     for name, build in builds.items():
         log, _ = build.communicate(timeout=600)
         assert build.returncode == 0, (name, log.decode(errors="replace")[-3000:])

@@ -19,7 +19,7 @@ from typing import Dict, List
 
 import pytest
 
-from ..toolchain import working
+from ..toolchain import build_program, working
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kime" / "_cpu" / "csrc"
@@ -43,10 +43,10 @@ FEATURES = ["asimd", "dotprod", "i8mm", "bf16", "sve", "sve2"]  # kernels.h's KI
 LEVELS = ["portable", "neon", "dotprod", "i8mm", "bf16"]
 
 
-def _build(compiler: str, out: Path, static: bool) -> Path:
-    cmd = [compiler, "-O3", "-fopenmp", "-I", str(CSRC), str(HARNESS), str(CSRC / "gemm.c"),
-           str(CSRC / "isa.c"), "-lm", "-o", str(out)] + (["-static"] if static else [])
-    subprocess.run(cmd, check=True, capture_output=True)
+def _build(compiler: str, machine: str, out: Path, static: bool) -> Path:
+    build = build_program(compiler, machine, HARNESS, ["gemm.c", "isa.c"], out, static)
+    log, _ = build.communicate(timeout=600)
+    assert build.returncode == 0, log.decode(errors="replace")[-3000:]
     return out
 
 
@@ -54,8 +54,8 @@ def _build(compiler: str, out: Path, static: bool) -> Path:
 def binaries(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     tmp = tmp_path_factory.mktemp("arm64-gemm")
     assert CROSS and NATIVE
-    return {"aarch64": _build(CROSS, tmp / "harness-aarch64", True),
-            "native": _build(NATIVE, tmp / "harness-native", False)}
+    return {"aarch64": _build(CROSS, "aarch64", tmp / "harness-aarch64", True),
+            "native": _build(NATIVE, "x86_64", tmp / "harness-native", False)}
 
 
 def _run(binary: Path, *args: str, cpu: str | None = None, isa: str | None = None,

@@ -1,11 +1,11 @@
 """The aarch64 INT8 and BF16 GEMMs (csrc/qgemm_arm64.h, csrc/bgemm_arm64.h) from an x86 host:
-tests/kernels/harness_arm64.c cross-compiled (`aarch64-linux-gnu-gcc -O3 -static -fopenmp`) with
-the kernel sources and run under qemu-user once per CPU model, so each dispatch branch runs:
-cortex-a57 (NEON only: the neon impl, no BF16), neoverse-n1 (dotprod: sdot) and max with SME off
-(i8mm and bf16: smmla and bfmmla). The harness checks INT32 sums bit for bit against an integer
-reference, the SIMD impls against each other, BF16 against double, and bits across threads and
-batches (its header says what exactly). Skipped where the cross compiler or qemu is missing.
-Emulated, so slow, and its timings say nothing about ARM speed.
+tests/kernels/harness_arm64.c cross-compiled (`aarch64-linux-gnu-gcc -O3 -static -fopenmp`, each
+kernel source with its setup.py flags) and run under qemu-user once per CPU model, so each
+dispatch branch runs: cortex-a57 (NEON only: the neon impl, no BF16), neoverse-n1 (dotprod:
+sdot) and max with SME off (i8mm and bf16: smmla and bfmmla). The harness checks INT32 sums bit
+for bit against an integer reference, the SIMD impls against each other, BF16 against double, and
+bits across threads and batches (its header says what exactly). Skipped where the cross compiler
+or qemu is missing. Emulated, so slow, and its timings say nothing about ARM speed.
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..toolchain import working
+from ..toolchain import build_program, working
 
 ROOT = Path(__file__).resolve().parents[2]
 CSRC = ROOT / "kime" / "_cpu" / "csrc"
@@ -38,11 +38,11 @@ MODELS = {
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = tmp_path_factory.mktemp("arm64") / "harness"
-    sources = [ROOT / "tests" / "kernels" / "harness_arm64.c"] + [
-        CSRC / name for name in ("qgemm.c", "bgemm.c", "isa.c")]
-    subprocess.run([str(CC), "-O3", "-static", "-fopenmp", "-Wall", "-I", str(CSRC),
-                    *map(str, sources), "-lm", "-o", str(exe)], check=True,
-                   capture_output=True, text=True)
+    assert CC
+    build = build_program(CC, "aarch64", ROOT / "tests" / "kernels" / "harness_arm64.c",
+                          ["qgemm.c", "qgemm_neon.c", "bgemm.c", "isa.c"], exe, static=True)
+    log, _ = build.communicate(timeout=600)
+    assert build.returncode == 0, log.decode(errors="replace")[-3000:]
     return exe
 
 

@@ -55,6 +55,23 @@ def test_extensions_hold_only_their_cython_module(setup_py):
         assert (SOURCE / "kime/_cpu/csrc" / name).is_file(), name
 
 
+def test_every_c_file_pins_its_contraction(setup_py):
+    """No kernel's bits rest on GCC's default -ffp-contract or on an optimize attribute: each
+    file is given its contraction on every machine, and the harnesses read the same table."""
+    from tests.toolchain import csrc_flags
+
+    for source in setup_py.CSRC:
+        name = Path(source).name
+        for machine in ("x86_64", "aarch64"):
+            flags = setup_py.csrc_flags(name, machine)
+            assert [f for f in flags if f.startswith("-ffp-contract=")] in (
+                ["-ffp-contract=off"], ["-ffp-contract=fast"]), (name, machine, flags)
+            assert csrc_flags(name, machine) == flags
+    for source in setup_py.CSRC + setup_py.HEADERS:
+        text = Path(source).read_text()
+        assert "optimize(" not in text and "pragma GCC optimize" not in text, source
+
+
 def test_jobs_follow_kime_build_jobs(setup_py, monkeypatch):
     monkeypatch.setenv("KIME_BUILD_JOBS", "3")
     assert setup_py.jobs() == 3

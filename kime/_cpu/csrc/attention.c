@@ -42,15 +42,10 @@
 #endif
 #include "kernels.h"
 
-#include "nocontract.h" /* KIME_NO_CONTRACT: the plain C and NEON code rounds as on x86 */
-
-#if defined(__GNUC__) && !defined(__clang__) && !defined(KIME_X86)
-/* and without GCC's pre-allocation scheduling, which hoists all six A loads of a k-step ahead of
- * their FMAs and spills three of the 24 accumulators (as in qgemm's neon kernel) */
-#define NO_CONTRACT_NO_SCHED __attribute__((optimize("fp-contract=off", "no-schedule-insns")))
-#else
-#define NO_CONTRACT_NO_SCHED
-#endif
+/* Built with -ffp-contract=off (setup.py's CSRC_FLAGS): the plain C and NEON code rounds every
+ * product as the x86-64 baseline does; and on aarch64 with -fno-schedule-insns, since GCC's
+ * pre-allocation scheduling hoists all six A loads of a k-step of tile_rows_neon ahead of their
+ * FMAs and spills three of its 24 accumulators (as in qgemm_neon.c). */
 
 #define QB 32 /* queries per work item: the lanes (2 zmm, 4 ymm)                        */
 #define KB 32 /* keys per softmax block; small so local windows skip most of the row     */
@@ -79,7 +74,7 @@ typedef void (*softmax_fn)(float *s, int kn, int delta, int w, float *m, float *
 #define MADD(a, b, c) ((a) * (b) + (c))
 #define SAME(x) (x)
 
-KIME_NO_CONTRACT static inline float exp2_c(float x)
+static inline float exp2_c(float x)
 {
     const float y = x > -125.0f ? x : -125.0f;
     const float n = (y + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
@@ -89,8 +84,8 @@ KIME_NO_CONTRACT static inline float exp2_c(float x)
 
 /* ---- portable C -------------------------------------------------------------------------- */
 
-KIME_NO_CONTRACT static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
-                               const float *b, int X, float *c, const float *alpha)
+static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
+                   const float *b, int X, float *c, const float *alpha)
 {
     for (int r = 0; r < R; r++, c += QB) {
         float acc[QB];
@@ -106,8 +101,8 @@ KIME_NO_CONTRACT static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, 
 }
 
 /* Lanes innermost: unit-stride loops the compiler can vectorise where its FP rules allow. */
-KIME_NO_CONTRACT static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l,
-                                  float *alpha)
+static void softmax_c(float *s, int kn, int delta, int w, float *m, float *l,
+                      float *alpha)
 {
     float mx[QB], use[QB], sum[QB] = {0};
     memcpy(mx, m, sizeof mx);
@@ -315,7 +310,7 @@ softmax_256(float *s, int kn, int delta, int w, float *m, float *l, float *alpha
 
 #define FMA_NEON(a, b, c) vfmaq_f32((c), (a), (b))
 
-KIME_NO_CONTRACT static inline float32x4_t exp2_neon(float32x4_t x)
+static inline float32x4_t exp2_neon(float32x4_t x)
 {
     const uint32x4_t ok = vcgeq_f32(x, vdupq_n_f32(-125.0f));
     x = vmaxq_f32(x, vdupq_n_f32(-125.0f)); /* a NaN lane differs from x86's max, but ok drops it */
@@ -326,7 +321,7 @@ KIME_NO_CONTRACT static inline float32x4_t exp2_neon(float32x4_t x)
     return vreinterpretq_f32_u32(vandq_u32(ok, vreinterpretq_u32_f32(p)));
 }
 
-NO_CONTRACT_NO_SCHED __attribute__((always_inline)) static inline void
+__attribute__((always_inline)) static inline void
 tile_rows_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, const int R, const float *b, int X,
                float *c, const float *alpha)
 {
@@ -355,15 +350,15 @@ tile_rows_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, const int R, const fl
 }
 
 /* Six rows out of line: its one loop is the hot loop (tools/mca_arm64_kernels.txt measures it). */
-NO_CONTRACT_NO_SCHED __attribute__((noinline)) static void
+__attribute__((noinline)) static void
 tile6_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, const float *b, int X, float *c,
            const float *alpha)
 {
     tile_rows_neon(a, ra, xa, 6, b, X, c, alpha);
 }
 
-NO_CONTRACT_NO_SCHED static void tile_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
-                                           const float *b, int X, float *c, const float *alpha)
+static void tile_neon(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
+                      const float *b, int X, float *c, const float *alpha)
 {
     for (int h = 0; h < QB; h += 16) {
         const float *al = alpha ? alpha + h : NULL;
@@ -381,8 +376,8 @@ NO_CONTRACT_NO_SCHED static void tile_neon(const float *a, ptrdiff_t ra, ptrdiff
 }
 
 /* softmax_256 on 4 vectors (16 lanes) at a time: the running maxima are 4 independent chains. */
-KIME_NO_CONTRACT static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
-                                     float *alpha)
+static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
+                         float *alpha)
 {
     const float32x4_t ninf = vdupq_n_f32(-INFINITY);
     const int32x4_t lanes = {0, 1, 2, 3}, one = vdupq_n_s32(1), wv = vdupq_n_s32(w);
@@ -638,11 +633,11 @@ void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const floa
 }
 
 /* Rotate-half RoPE of one token's q and k heads by the table rows c, s. Plain C: it is
- * memory-bound and elementwise, and without FMA contraction (the x86-64 baseline;
- * KIME_NO_CONTRACT elsewhere) it gives the same bits as the reference's x * cos + rotate_half(x) * sin. On aarch64
- * GCC vectorises the loop into NEON (fmul/fsub/fadd on 4 lanes), so it needs no intrinsics. */
-KIME_NO_CONTRACT static inline void rope_token(float *x, int H, int hd, const float *c,
-                                               const float *s)
+ * memory-bound and elementwise, and without FMA contraction (the x86-64 baseline; this file's
+ * -ffp-contract=off elsewhere) it gives the same bits as the reference's
+ * x * cos + rotate_half(x) * sin. On aarch64 GCC vectorises the loop into NEON (fmul/fsub/fadd on 4 lanes), so it needs no intrinsics. */
+static inline void rope_token(float *x, int H, int hd, const float *c,
+                              const float *s)
 {
     const int half = hd / 2;
     for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
@@ -654,10 +649,9 @@ KIME_NO_CONTRACT static inline void rope_token(float *x, int H, int hd, const fl
         }
 }
 
-/* KIME_NO_CONTRACT here too: rope_token is inlined into this function's OpenMP bodies. */
-KIME_NO_CONTRACT void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
-                           const float *cos_table, const float *sin_table, const int32_t *pos,
-                           int nthreads)
+void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
+               const float *cos_table, const float *sin_table, const int32_t *pos,
+               int nthreads)
 {
     (void)T, (void)nthreads; /* the rows cover tokens cu[0]..cu[R]; OpenMP reads nthreads */
     const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;

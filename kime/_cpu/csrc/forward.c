@@ -3,7 +3,8 @@
  *
  * GEMMs, RoPE and attention are the kernels of kernels.h; the small per-token ops live here.
  * Every loop splits work over tokens, rows or columns and reduces in a fixed order, so a row's
- * logits are the same bits at any thread count and in any batch.
+ * logits are the same bits at any thread count and in any batch. Built with -ffp-contract=off
+ * (setup.py's CSRC_FLAGS): a product is rounded, then added, as in the x86-64 baseline.
  */
 #include <math.h>
 #include <string.h>
@@ -15,8 +16,6 @@
 #define KIME_NEON 1
 #include <arm_neon.h>
 #endif
-
-#include "nocontract.h" /* KIME_NO_CONTRACT: a product rounded, then added, as on x86 */
 
 #include "bgemm.h"
 #include "forward.h"
@@ -54,8 +53,8 @@ static inline float half_to_float(uint16_t bits) {
  * count and batch, without one long chain of dependent double adds (which made LayerNorm about
  * 8% of an INT8 forward pass). */
 #define NACC 8
-KIME_NO_CONTRACT static inline void norm_row(const float *x, float *y, int d, const float *w,
-                                     const float *b, float eps) {
+static inline void norm_row(const float *x, float *y, int d, const float *w,
+                            const float *b, float eps) {
     double part_s[NACC] = {0}, part_q[NACC] = {0};
     int i = 0;
     for (; i + NACC <= d; i += NACC)
@@ -88,10 +87,10 @@ typedef void (*norm_fn)(const float *, float *, int, const float *, const float 
 /* norm_row in NEON, to the bit (as norm_row512 on AVX-512): the eight double partial sums are
  * the lanes of four float64x2 vectors (part_s[k] is vector k / 2, lane k % 2, taking x[i + k]),
  * and every other step is the same IEEE operation on the same values in the same order.
- * KIME_NO_CONTRACT: vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h, which it
- * would fuse. */
-KIME_NO_CONTRACT static void norm_row_neon(const float *x, float *y, int d, const float *w,
-                                   const float *b, float eps) {
+ * vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h, which it would fuse: this file
+ * is compiled with -ffp-contract=off (setup.py's CSRC_FLAGS). */
+static void norm_row_neon(const float *x, float *y, int d, const float *w,
+                          const float *b, float eps) {
     const float64x2_t zero = vdupq_n_f64(0.0);
     float64x2_t acc[4] = {zero, zero, zero, zero};
     int i = 0;
@@ -145,15 +144,9 @@ KIME_NO_CONTRACT static void norm_row_neon(const float *x, float *y, int d, cons
 /* norm_row in AVX-512, to the bit: the eight double partial sums are the eight lanes of one
  * vector (lane k takes x[i + k], as part_s[k] does), and every other step is the same IEEE
  * operation on the same values, in the same order. GCC would contract (v * w) + b into one FMA
- * (a single rounding, other bits), so contraction is off here, as it is in the x86-64 baseline
- * norm_row is built for; clang contracts only within one source expression, never across the
- * intrinsics' calls. */
-#if defined(__clang__) || !defined(__GNUC__)
-#define NO_CONTRACT
-#else
-#define NO_CONTRACT __attribute__((optimize("fp-contract=off")))
-#endif
-__attribute__((target("avx512f"))) NO_CONTRACT static void
+ * (a single rounding, other bits), so this file is compiled without contraction (setup.py's
+ * CSRC_FLAGS), as the x86-64 baseline norm_row is built for has none. */
+__attribute__((target("avx512f"))) static void
 norm_row512(const float *x, float *y, int d, const float *w, const float *b, float eps) {
     __m512d acc = _mm512_setzero_pd();
     int i = 0;
@@ -201,8 +194,8 @@ static norm_fn norm_for_isa(void) {
     return norm_row;
 }
 
-KIME_NO_CONTRACT void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
-                              const float *b, float eps, int nthreads) {
+void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
+                     const float *b, float eps, int nthreads) {
     const norm_fn row = norm_for_isa();
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static) num_threads(nthreads)
@@ -212,8 +205,8 @@ KIME_NO_CONTRACT void kime_layer_norm(const float *x, float *y, int n, int d, co
 }
 
 /* Embedding gather, FP16 -> FP32, then the embedding LayerNorm. */
-KIME_NO_CONTRACT static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
-                           float *tmp, int nthreads) {
+static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
+                  float *tmp, int nthreads) {
     int d = m->d;
 #ifdef KIME_NEON
     const norm_fn norm = norm_for_isa(); /* kime_layer_norm's, as the other norms */
@@ -314,7 +307,7 @@ static void head_layer_last(const kime_model *m, const kime_arena *a, const kime
     linear(m, a, a->ffn, 4 * d, nq, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, xc, d, nthreads);
 }
 
-KIME_NO_CONTRACT void kime_act_features(const float *logits, int k, float *out) {
+void kime_act_features(const float *logits, int k, float *out) {
     float mx = k > 0 ? logits[0] : 0.f; /* a row without options reads no logit */
     for (int j = 1; j < k; j++) mx = logits[j] > mx ? logits[j] : mx;
     float sum = 0.f, top1 = 0.f, top2 = 0.f, ent = 0.f;
@@ -418,11 +411,11 @@ int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, con
     return 0;
 }
 
-/* KIME_NO_CONTRACT: the scorer's dot product rounds each product, as on x86 */
-KIME_NO_CONTRACT int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
-                          const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
-                          const int32_t *qtype, const int32_t *pos, const int32_t *opt,
-                          float *logits, float *act, int nthreads) {
+/* The scorer's dot product rounds each product, as on x86 (no contraction in this file). */
+int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
+                 const int32_t *cu, int rows, const int32_t *markers, const int32_t *mcu,
+                 const int32_t *qtype, const int32_t *pos, const int32_t *opt,
+                 float *logits, float *act, int nthreads) {
     int d = m->d, n = cu[rows], n_markers = mcu[rows];
     if (n_markers > a->max_markers) return -1;
     if (!pos || !opt) pos = opt = NULL; /* both or neither */

@@ -71,6 +71,15 @@ void kime_qgemm(int isa, const float *A, int lda, int M, int K, int N, const voi
 void kime_qgemm_int32(int isa, const float *A, int lda, int M, int K, int N, const void *packed,
                       int geglu, int32_t *C, int ldc, void *scratch, int nthreads);
 
+#if defined(__aarch64__)
+/* aarch64 tiles: KIME_QARM_NR columns for every set; the neon set's rows. */
+#define KIME_QARM_NR 8
+#define KIME_QNEON_MR 4 /* 16 accumulators (6 rows spill under GCC 12) */
+
+/* The neon set's micro-kernel (qgemm_neon.c): acc[KIME_QNEON_MR][KIME_QARM_NR] of one tile. */
+void kime_qkernel_neon(int m, int K4, const uint8_t *a8, const int8_t *b, int32_t *acc);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

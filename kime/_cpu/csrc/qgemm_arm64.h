@@ -30,8 +30,8 @@
 #define TQDOT __attribute__((target("arch=armv8.2-a+dotprod")))
 #define TQMM __attribute__((target("arch=armv8.2-a+i8mm")))
 
-#define ANR 8   /* columns of every aarch64 tile */
-#define NMR 4   /* rows of the neon tile: 16 accumulators (6 rows spill under GCC 12) */
+#define ANR KIME_QARM_NR /* columns of every aarch64 tile (qgemm.h) */
+#define NMR KIME_QNEON_MR /* rows of the neon tile (qgemm.h) */
 #define DMR 12  /* rows of the sdot tile */
 #define MMR 10  /* rows of the smmla tile: 20 accumulators, 4 B and 5 A vectors fit 32 registers */
 
@@ -76,57 +76,9 @@ static float quant_neon(const float *x, int K, int8_t *q)
     return amax / 127.0f;
 }
 
-/* ---- neon: 4 x 8, smull/smlal + sadalp ---------------------------------------------------- */
+/* ---- neon: 4 x 8, smull/smlal + sadalp: qgemm_neon.c, a file of its own (its build flags) ---- */
 
-/* acc pair (lo, hi) of 4 columns: 8 s16 products (2 columns x 4 k) folded pairwise into s32 */
-#define NQ_ACC(cl, ch, a8, b16)                                                                \
-    do {                                                                                       \
-        cl = vpadalq_s16(cl, vmull_s8(vget_low_s8(a8), vget_low_s8(b16)));                     \
-        ch = vpadalq_s16(ch, vmull_high_s8(a8, b16));                                          \
-    } while (0)
-
-/* no pre-allocation scheduling: GCC 12 would hoist all 16 products ahead of their adds and spill */
-__attribute__((optimize("no-schedule-insns"))) static void
-qkernel_neon(int m, int K4, const uint8_t *a8, const int8_t *b, int32_t *acc)
-{
-    (void)m; /* rows past m are zero in the packed A: the tile always runs whole */
-    int32x4_t c[NMR][4];
-    for (int i = 0; i < NMR; i++)
-        for (int v = 0; v < 4; v++)
-            c[i][v] = vdupq_n_s32(0);
-    const int8_t *a = (const int8_t *)a8;
-    int g = 0;
-    /* two k groups at a time: smull then smlal into one s16 lane (at most 2 * 127^2) */
-    for (; g + 2 <= K4; g += 2, a += 2 * NMR * 4, b += 2 * ANR * 4) {
-        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
-        const int8x16_t e0 = vld1q_s8(b + 32), e1 = vld1q_s8(b + 48);
-        for (int i = 0; i < NMR; i++) {
-            /* row i's 4 k of each group, repeated in every lane (ld1r); A is 4-byte aligned */
-            const int8x16_t x = vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)a + i));
-            const int8x16_t y = vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)a + NMR + i));
-            c[i][0] = vpadalq_s16(c[i][0], vmlal_s8(vmull_s8(vget_low_s8(x), vget_low_s8(b0)),
-                                                    vget_low_s8(y), vget_low_s8(e0)));
-            c[i][1] = vpadalq_s16(c[i][1], vmlal_high_s8(vmull_high_s8(x, b0), y, e0));
-            c[i][2] = vpadalq_s16(c[i][2], vmlal_s8(vmull_s8(vget_low_s8(x), vget_low_s8(b1)),
-                                                    vget_low_s8(y), vget_low_s8(e1)));
-            c[i][3] = vpadalq_s16(c[i][3], vmlal_high_s8(vmull_high_s8(x, b1), y, e1));
-        }
-    }
-    for (; g < K4; g++, a += NMR * 4, b += ANR * 4) {
-        const int8x16_t b0 = vld1q_s8(b), b1 = vld1q_s8(b + 16);
-        for (int i = 0; i < NMR; i++) {
-            const int8x16_t x = vreinterpretq_s8_s32(vld1q_dup_s32((const int32_t *)a + i));
-            NQ_ACC(c[i][0], c[i][1], x, b0);
-            NQ_ACC(c[i][2], c[i][3], x, b1);
-        }
-    }
-    /* lanes hold (column, half of its 4 k) pairs: add neighbours into columns 0-3 and 4-7 */
-    for (int i = 0; i < NMR; i++) {
-        vst1q_s32(acc + i * ANR, vpaddq_s32(c[i][0], c[i][1]));
-        vst1q_s32(acc + i * ANR + 4, vpaddq_s32(c[i][2], c[i][3]));
-    }
-}
-#undef NQ_ACC
+#define qkernel_neon kime_qkernel_neon
 
 /* ---- sdot: 12 x 8 ------------------------------------------------------------------------- */
 
