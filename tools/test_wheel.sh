@@ -6,7 +6,8 @@
 #
 # A fresh venv; every C/C++ compiler on PATH shadowed by a script that fails; only binary wheels
 # (`--only-binary :all:`, so nothing can be built either). First without the serve extra (its
-# tests in tests/project/test_wheel.py only), then with it (the whole suite), each from a copy of tests/
+# tests in tests/project/test_wheel.py only), then with it (under KIME_ISA=avx2: the fast tier,
+# and the slow tests of the kernels, the engine core and the Laya layer), each from a copy of tests/
 # (and bench/, which some tests drive) outside the repository, so `import kime` can only find the
 # installed wheel. PYTHON picks the interpreter for the venv (default: python3).
 set -euo pipefail
@@ -17,14 +18,8 @@ python="${PYTHON:-python3}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# No compiler: shadow every one PATH has (cc, gcc, g++-12, x86_64-linux-gnu-gcc, clang, ...).
-mkdir "$work/no-compiler"
-for name in cc c++ gcc g++ clang clang++ \
-        $(compgen -c | grep -E '^((x86_64|aarch64)-linux-gnu-)?(gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(-[0-9.]+)?$' | sort -u); do
-    printf '#!/bin/sh\necho "%s: no compiler on this machine (kime wheel test)" >&2\nexit 127\n' \
-        "$name" >"$work/no-compiler/$name"
-    chmod +x "$work/no-compiler/$name"
-done
+# No compiler: shadow every one PATH has (tools/no_compiler.sh).
+bash tools/no_compiler.sh "$work/no-compiler"
 
 "$python" -m venv "$work/venv"
 path="${PATH}"
@@ -53,12 +48,16 @@ print("kime %s from %s; import kime: %.2f s" % (kime.__version__, kime.__file__,
 EOF
 KIME_WHEEL="$wheel" python -m pytest -q -p no:cacheprovider tests/project/test_wheel.py
 
-echo "== the wheel with the serve extra: the whole suite from the installed package"
+echo "== the wheel with the serve extra: the suite's kernel-facing part from the installed package"
 install "kime[dev,serve] @ file://$wheel"
 python -c 'import kime; print("kime from", kime.__file__)'
-# The other kernel path and BLAS: the first run (.ci/run's editable one) has the machine's
-# environment as it is (AVX-512 here, this workplace's OPENBLAS_CORETYPE); this one caps kime at
-# AVX2 and lets OpenBLAS pick its own kernel, so both paths pass on every stop.
+# The other kernel path and BLAS: the first run (.ci/run's editable one, the whole suite) has the
+# machine's environment as it is (AVX-512 here, this workplace's OPENBLAS_CORETYPE); this one caps
+# kime at AVX2 and lets OpenBLAS pick its own kernel, so both paths pass on every stop. It runs
+# the fast tier whole, and of the slow tests those of the kernels and the engine core (parity
+# goldens, determinism, the parallel layout), which depend on the kernel path; the slow servers,
+# integrations, jobs and Ray tests are the same Python at every ISA and ran in the first run.
 echo "== with KIME_ISA=avx2 and OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset"
-KIME_WHEEL="$wheel" KIME_ISA=avx2 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE \
-    python -m pytest -q -p no:cacheprovider -ra tests
+avx2() { KIME_WHEEL="$wheel" KIME_ISA=avx2 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
+avx2 python -m pytest -q -p no:cacheprovider -ra -m "not slow" tests
+avx2 python -m pytest -q -p no:cacheprovider -ra -m slow tests/kernels tests/core tests/laya

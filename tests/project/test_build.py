@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from types import ModuleType
 
@@ -72,6 +73,62 @@ def test_every_c_file_pins_its_contraction(setup_py):
         assert "optimize(" not in text and "pragma GCC optimize" not in text, source
 
 
+def test_stable_abi_from_3_11_unless_switched_off(setup_py):
+    """abi3 on CPython 3.11+ (typed memoryviews need 3.11's buffer API), version-specific on 3.10
+    or with KIME_LIMITED_API=0; a request the interpreter cannot meet is refused by name."""
+    assert [setup_py.limited_api(v, {}) for v in ((3, 10), (3, 11), (3, 13), (3, 14))] == [
+        False, True, True, True]
+    assert not setup_py.limited_api((3, 12), {"KIME_LIMITED_API": "0"})
+    assert setup_py.limited_api((3, 12), {"KIME_LIMITED_API": "1"})
+    with pytest.raises(SystemExit, match="KIME_LIMITED_API=1 needs CPython 3.11"):
+        setup_py.limited_api((3, 10), {"KIME_LIMITED_API": "1"})
+    with pytest.raises(SystemExit, match="KIME_LIMITED_API is 0 or 1, not 'yes'"):
+        setup_py.limited_api((3, 12), {"KIME_LIMITED_API": "yes"})
+    # the macro is the floor's hex version, as Python.h compares it with PY_VERSION_HEX
+    assert int(setup_py.limited_api_macro((3, 11)), 16) == (3 << 24) | (11 << 16)
+    macros = dict(m for ext in _in_source(setup_py.extensions) for m in ext.define_macros)
+    assert ("Py_LIMITED_API" in macros) == setup_py.LIMITED_API
+    assert macros["NPY_TARGET_VERSION"] == "NPY_1_23_API_VERSION"
+
+
+def test_this_build_is_the_stable_abi_on_3_11_and_later():
+    """The extensions this checkout imports are the mode setup.py picks for this interpreter."""
+    from kime._cpu import _forward
+
+    where = Path(_forward.__file__ or "")
+    if SOURCE not in where.resolve().parents:
+        pytest.skip("kime is not imported from this checkout")
+    abi3 = sys.version_info >= (3, 11) and os.environ.get("KIME_LIMITED_API") != "0"
+    assert where.name.endswith(".abi3.so") == abi3, where.name
+
+
+def test_free_threaded_python_is_refused_with_a_message():
+    """setup.py under a free-threaded interpreter (simulated: no such build is on these machines)
+    stops before building, naming what to use instead."""
+    probe = ("import runpy, sys, sysconfig\n"
+             "real = sysconfig.get_config_var\n"
+             "sysconfig.get_config_var = lambda n: 1 if n == 'Py_GIL_DISABLED' else real(n)\n"
+             "sys.argv = ['setup.py', '--name']\n"
+             "runpy.run_path('setup.py', run_name='__main__')\n")
+    if not (SOURCE / "setup.py").is_file():
+        pytest.skip("not a source checkout")
+    pytest.importorskip("Cython")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=SOURCE, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert "free-threaded CPython" in done.stderr and "standard build of Python" in done.stderr, (
+        done.stderr[-2000:])
+
+
+def _in_source(call):
+    cwd = os.getcwd()
+    os.chdir(SOURCE)
+    try:
+        return call()
+    finally:
+        os.chdir(cwd)
+
+
 def test_jobs_follow_kime_build_jobs(setup_py, monkeypatch):
     monkeypatch.setenv("KIME_BUILD_JOBS", "3")
     assert setup_py.jobs() == 3
@@ -128,3 +185,21 @@ def test_build_compiles_each_c_file_once(tmp_path):
     assert len(built) == len(list((copy / "kime/_cpu").glob("*.pyx")))
     again = build()
     assert "kime/_cpu/csrc/" not in again.replace("-Ikime/_cpu/csrc", "")
+    if sys.version_info < (3, 11):
+        return
+    # A switch of ABI mode rebuilds the extensions, not the C kernels, and the old files go, since
+    # `.cpython-3XY-*.so` would shadow `.abi3.so` (and the reverse would leave two builds).
+    modes = {}
+    for mode in ("0", "1"):
+        env["KIME_LIMITED_API"] = mode
+        log = build()
+        assert "kime/_cpu/csrc/" not in log.replace("-Ikime/_cpu/csrc", "")
+        assert "-DPy_LIMITED_API" in log if mode == "1" else "Py_LIMITED_API" not in log
+        modes[mode] = sorted(p.name for p in (copy / "kime/_cpu").glob("_*.so"))
+        loaded = subprocess.run([sys.executable, "-c", "from kime._cpu import _ops; "
+                                 "print(_ops.__file__.rsplit('/', 1)[1])"], cwd=copy,
+                                capture_output=True, text=True, timeout=60)
+        assert loaded.stdout.strip() in modes[mode], (loaded.stdout, loaded.stderr[-1000:])
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    assert modes["0"] and all(name.endswith(suffix) for name in modes["0"]), modes
+    assert modes["1"] and all(name.endswith(".abi3.so") for name in modes["1"]), modes

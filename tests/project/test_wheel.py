@@ -22,6 +22,8 @@ from pathlib import Path
 import pytest
 
 WHEEL = os.environ.get("KIME_WHEEL", "")
+#: tests/wheel_answers.py's record from the reference interpreter (tools/test_wheels.sh sets it)
+REFERENCE = os.environ.get("KIME_WHEEL_REFERENCE", "")
 pytestmark = pytest.mark.skipif(
     not WHEEL, reason="KIME_WHEEL is not set: tests of an installed wheel (build one with "
     "tools/build_wheel.sh, install it in a fresh venv, set KIME_WHEEL to its path; .ci/run does)")
@@ -75,16 +77,35 @@ def test_kime_is_the_installed_wheel():
     assert metadata.version("kime") == kime.__version__
 
 
+def wheel_tags() -> set[str]:
+    """The installed wheel's tags, from its WHEEL metadata: {"cp311-abi3-manylinux_2_34_x86_64"}."""
+    text = metadata.distribution("kime").read_text("WHEEL") or ""
+    return {line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("Tag:")}
+
+
+def test_the_wheel_is_the_one_for_this_interpreter():
+    """CPython 3.10 gets its own wheel; 3.11 and later the one stable-ABI wheel (issue 34)."""
+    expected = "cp310-cp310" if sys.version_info < (3, 11) else "cp311-abi3"
+    tags = wheel_tags()
+    assert tags and {t.rsplit("-", 1)[0] for t in tags} == {expected}, tags
+    assert Path(WHEEL).name.split("-")[2:4] == expected.split("-"), WHEEL
+    from kime._cpu import _forward
+
+    suffix = ".abi3.so" if expected.endswith("abi3") else sysconfig.get_config_var("EXT_SUFFIX")
+    assert _forward.__file__ is not None and _forward.__file__.endswith(suffix), _forward.__file__
+
+
 def test_installed_files_are_exactly_the_runtime():
     files = [str(f) for f in metadata.files("kime") or []]
     package = [f for f in files if f.startswith("kime/")]
     suffixes = {Path(f).suffix for f in package}
+    ext = "abi3.so" if any("-abi3-" in t for t in wheel_tags()) else "cpython-"
     assert suffixes <= {".py", ".pyi", ".so", ".cu", ".typed", ".pyc"}, sorted(suffixes)
     for needed in ("kime/py.typed", "kime/_cuda/kernels.cu", "kime/_corpus.py"):
         assert needed in files
     for module in ("_attention", "_bgemm", "_forward", "_gemm", "_ops", "_qgemm"):
         assert "kime/_cpu/%s.pyi" % module in files
-        assert any(f.startswith("kime/_cpu/%s.cpython-" % module) for f in package)
+        assert any(f.startswith("kime/_cpu/%s.%s" % (module, ext)) for f in package), module
     assert any(f.startswith("kime.libs/libgomp") for f in files), "no bundled OpenMP runtime"
     assert not any(f.startswith(("tests/", "bench/", "build/")) for f in files)
 
@@ -152,6 +173,27 @@ def test_doctor_decide_under_each_isa(checkpoint, questions_file):
     for cap, result in results.items():  # Laya rounds to 4 places: one unit of rounding apart
         assert _numbers(result) == pytest.approx(_numbers(base), abs=2e-4), cap
         assert _strings(result) == _strings(base), cap
+
+
+@pytest.mark.skipif(not REFERENCE, reason="KIME_WHEEL_REFERENCE is not set: the reference "
+                    "interpreter's answers (tools/test_wheels.sh records them on CPython 3.11)")
+def test_answers_are_the_reference_interpreters_to_the_bit():
+    """Under every ISA level here, the forward pass's raw bits and `kime decide`'s JSON, FP32 and
+    INT8, equal those of the reference interpreter (3.11) byte for byte: one C kernel set, so the
+    interpreter and its NumPy change nothing. One exception, which is the C library's and not
+    the interpreter's: the portable level calls libm's erff and expf, so on another glibc (sid's
+    2.43 against bookworm's 2.36) its raw bits may differ; its answers must not."""
+    from ..paths import TINY
+    from ..wheel_answers import answers, libc
+
+    record = json.loads(Path(REFERENCE).read_text())
+    mine = answers(TINY)
+    assert list(mine) == list(record["answers"]), "ISA levels differ from the reference's"
+    compared = [k for k in mine if libc() == record["libc"] or k != "portable bits"]
+    differ = [key for key in compared if mine[key] != record["answers"][key]]
+    shown = ["%s\n  here: %s\n  ref:  %s" % (k, mine[k], record["answers"][k]) for k in differ]
+    assert not differ, "%s differ from Python %s's:\n%s" % (differ, record["python"],
+                                                            "\n".join(shown))
 
 
 def _numbers(value):
