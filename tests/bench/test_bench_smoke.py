@@ -109,3 +109,22 @@ def test_stats_helpers() -> None:
     assert w1_agrees(a, b) == []
     b["answers"]["q"]["choice"] = "y"
     assert w1_agrees(a, b) and compare_results(a, b)["mismatches"]
+
+
+@pytest.mark.slow
+def test_interpreters_bench_runs_and_compares_answers(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """bench.interpreters end to end with this interpreter twice: two workers, one round, the
+    answers compared (they must agree, so the run exits 0) and a row per interpreter."""
+    import sys
+
+    from bench import interpreters
+
+    rc = interpreters.main(["--python", "a=" + sys.executable, "--python", "b=" + sys.executable,
+                            "--shape", "tiny", "--rounds", "1", "--gap", "0", "--threads", "1",
+                            "--cache-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "answers: identical on every interpreter" in out
+    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("a ", "b "))]
+    assert rows == ["a", "b"], out
