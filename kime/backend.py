@@ -12,11 +12,11 @@ implementations never import each other.
 from __future__ import annotations
 
 import enum
-import os
 from dataclasses import dataclass
 from typing import Optional, Protocol, Union
 
 from .batch import Batch, Outputs
+from .cpus import cpu_budget
 from .errors import BadOption, Unsupported
 
 
@@ -127,11 +127,9 @@ def parse_threads(threads: object) -> int:
 
 
 def cpu_count() -> int:
-    """Cores this process may run on (the affinity mask, not the machine's total)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    """The default thread count: the CPUs this process may use (the affinity mask, capped by the
+    cgroup CPU quota; `kime.cpus`), not the machine's total."""
+    return cpu_budget().threads
 
 
 class Backend(Protocol):

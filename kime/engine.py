@@ -53,7 +53,8 @@ class Kime:
     looked up offline in the Hugging Face cache. `device` is `auto` (a GPU when one runs here,
     else the CPU), `cpu` or `cuda[:N]`. `precision` is `auto` (FP16 on a GPU, FP32 on the CPU),
     `f16` (GPU only), `f32`, `int8` or `bf16` (CPU only; bf16 needs AVX512_BF16, or FEAT_BF16
-    on aarch64). `threads=0` uses every core. Both are parsed and checked once, here
+    on aarch64). `threads=0` uses every CPU this process may use: the affinity mask, capped by
+    the cgroup CPU quota (`kime.cpus`). Both are parsed and checked once, here
     (`kime.factory.check_options`); a layer above that has checked them already passes its
     `kime.factory.Target` as `device`.
 

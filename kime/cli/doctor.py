@@ -34,7 +34,7 @@ def _version(package: str) -> Optional[str]:
 def doctor_report() -> Dict[str, Any]:
     """The report `kime doctor --json` prints: kime, python, platform, packages, cpu, gpu,
     caches. Never raises for a broken build or a missing GPU; it says so instead."""
-    from ..backend import cpu_count
+    from ..cpus import cpu_budget
     from ..factory import backend_report
 
     found = backend_report()
@@ -44,7 +44,10 @@ def doctor_report() -> Dict[str, Any]:
         "platform": platform.platform(),
         "packages": {name: _version(name) for name in PACKAGES},
     }
-    cpu: Dict[str, Any] = {"threads": cpu_count(), "kime_isa_env": os.environ.get("KIME_ISA")}
+    budget = cpu_budget()
+    cpu: Dict[str, Any] = {"threads": budget.threads, "threads_why": budget.reason,
+                           "affinity": budget.affinity, "cpu_quota": budget.quota,
+                           "kime_isa_env": os.environ.get("KIME_ISA")}
     cpu.update(found["cpu"])
     cpu["backend"] = os.environ.get("KIME_CPU_BACKEND", "compiled")
     report["cpu"] = cpu
@@ -96,7 +99,7 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
     lines += [("int8 kernels", int8),
               ("bf16 kernels", bf16),
               ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
-              ("threads (threads=0)", cpu["threads"]),
+              ("threads (threads=0)", "%d: %s" % (cpu["threads"], cpu["threads_why"])),
               ("cpu backend", cpu["backend"])]
     why = " (%s)" % gpu["error"] if "error" in gpu else ""
     if gpu["cupy"] is None:
