@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from ..wheel_answers import ISA_ORDER, QUESTIONS
+
 WHEEL = os.environ.get("KIME_WHEEL", "")
 #: tests/wheel_answers.py's record from the reference interpreter (tools/test_wheels.sh sets it)
 REFERENCE = os.environ.get("KIME_WHEEL_REFERENCE", "")
@@ -29,14 +31,6 @@ pytestmark = pytest.mark.skipif(
     "tools/build_wheel.sh, install it in a fresh venv, set KIME_WHEEL to its path; .ci/run does)")
 
 BIN = Path(sys.executable).parent
-ISA_ORDER = ["portable", "avx2", "avx512"]
-QUESTIONS = {
-    "team": {"type": "choice", "instructions": "Which team should handle this?",
-             "criteria": {"billing": "payments and invoices", "tech": "bugs and outages"}},
-    "urgency": {"type": "score", "instructions": "How urgent is it?",
-                "criteria": ["low", "normal", "high"]},
-    "refund": {"type": "noul", "instructions": "Does the customer ask for a refund?"},
-}
 
 
 def kime_cli(*argv: str, isa: str | None = None,
