@@ -15,6 +15,7 @@ by the caller that passes one.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -265,8 +266,16 @@ def questions_from_pydantic(model: Any) -> Dict[str, Dict[str, Any]]:
 def _project(answers: Dict[Any, Any], fields: Sequence[_Field]) -> Dict[str, Any]:
     """Each field's value from its answer: a choice's enum value, a score's integer (minimum +
     the most probable level), a noul's boolean (P(true) >= 0.5), None for an answer the gate
-    flagged; a field with no answer is left out."""
+    flagged; a field with no answer is left out. An answer that lacks its field or gives a
+    non-finite number is refused (every such field listed at once) rather than read as False,
+    level 0 or the text "None", as Laya reads it: a malformed reply must not become a plausible
+    value. A choice label outside the options passes through as its text (Laya's golden)."""
     values: Dict[str, Any] = {}
+    problems: List[Problem] = []
+
+    def bad(name: str, key: str, msg: str, got: Any) -> None:
+        problems.append(problem(["answers", name, key], msg, "value_error.answer", got))
+
     for f in fields:
         answer = answers.get(f.name)
         if answer is None:
@@ -274,19 +283,51 @@ def _project(answers: Dict[Any, Any], fields: Sequence[_Field]) -> Dict[str, Any
         if answer.get("low_confidence"):
             values[f.name] = None
         elif f.kind == "noul":
-            values[f.name] = bool(float(answer.get("noul", 0.0)) >= 0.5)
+            p = _finite(answer.get("noul"))
+            if p is None:
+                bad(f.name, "noul", "a noul answer needs a finite 'noul' probability",
+                    answer.get("noul"))
+            else:
+                values[f.name] = p >= 0.5
         elif f.kind == "score":
             probs = answer.get("probabilities") or {}
             if probs:
-                level = max(range(len(probs)),
-                            key=lambda i: float(probs.get(str(i), probs.get(i, 0.0))))
+                weights = [_finite(probs.get(str(i), probs.get(i))) for i in range(len(probs))]
+                if any(w is None for w in weights):
+                    bad(f.name, "probabilities", "a score answer's probabilities must be finite "
+                        "numbers for levels 0..%d" % (len(probs) - 1), probs)
+                    continue
+                level = max(range(len(weights)), key=lambda i: weights[i] or 0.0)
             else:  # `score` is already a 0-based level index, not a field value
-                level = int(round(float(answer.get("score", 0.0))))
+                raw = _finite(answer.get("score"))
+                if raw is None:
+                    bad(f.name, "score", "a score answer needs 'probabilities' or a finite "
+                        "'score'", answer.get("score"))
+                    continue
+                level = int(round(raw))
             values[f.name] = int(f.minimum or 0) + level
         else:
-            label = str(answer.get("choice"))
-            values[f.name] = next((value for lbl, value in f.options if lbl == label), label)
+            label = answer.get("choice")
+            if label is None:
+                bad(f.name, "choice", "a choice answer needs its 'choice'", label)
+            else:  # a label outside the options passes through as its text, as Laya's does
+                values[f.name] = next((value for lbl, value in f.options if lbl == str(label)),
+                                      str(label))
+    if problems:
+        raise InvalidRequest(problems)
     return values
+
+
+def _finite(value: Any) -> Optional[float]:
+    """`value` as a finite float, or None (missing, not a number, NaN or infinite; a bool is not
+    a probability)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def answers_to_json(answers: Dict[str, Any], schema: Dict[str, Any]) -> Dict[str, Any]:

@@ -152,3 +152,43 @@ def test_pydantic_is_not_imported_for_a_dict_schema():
             "print('pydantic' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+_SCHEMA = {"type": "object", "properties": {
+    "department": {"enum": ["billing", "support"]},
+    "urgency": {"type": "integer", "minimum": 1, "maximum": 3},
+    "refund": {"type": "boolean"}}}
+
+
+@pytest.mark.parametrize("bad", [
+    {"refund": {"type": "noul"}},
+    {"refund": {"type": "noul", "noul": float("nan")}},
+    {"refund": {"type": "noul", "noul": True}},
+    {"urgency": {"type": "score"}},
+    {"urgency": {"type": "score", "probabilities": {"0": 0.2, "1": float("inf"), "2": 0.1}}},
+    {"department": {"type": "choice", "probabilities": {"billing": 0.9}}},
+])
+def test_a_malformed_answer_is_refused_not_read_as_a_default(bad):
+    """A reply missing its field, or with a non-finite number, must not become False, level 0
+    or "None" (what reading it with a default gives, as Laya does): it is refused by name."""
+    from kime.errors import InvalidRequest
+    from kime.laya.structured import answers_to_json
+
+    good = {"department": {"type": "choice", "choice": "support"},
+            "urgency": {"type": "score", "probabilities": {"0": 0.1, "1": 0.7, "2": 0.2}},
+            "refund": {"type": "noul", "noul": 0.8}}
+    assert answers_to_json(good, _SCHEMA) == {"department": "support", "urgency": 2,
+                                              "refund": True}
+    with pytest.raises(InvalidRequest) as err:
+        answers_to_json({**good, **bad}, _SCHEMA)
+    (name,) = bad
+    assert [p["loc"][:2] for p in err.value.problems] == [["answers", name]]
+
+
+def test_every_malformed_answer_is_listed_at_once():
+    from kime.errors import InvalidRequest
+    from kime.laya.structured import answers_to_json
+
+    with pytest.raises(InvalidRequest) as err:
+        answers_to_json({"department": {}, "urgency": {"score": "x"}, "refund": {}}, _SCHEMA)
+    assert sorted(p["loc"][1] for p in err.value.problems) == ["department", "refund", "urgency"]
