@@ -62,14 +62,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 log() { printf 'arm64_chroot: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-mirror() {
-    if [[ -n "${KIME_ARM64_MIRROR:-}" ]]; then echo "$KIME_ARM64_MIRROR"; return; fi
-    local uri
-    uri=$(grep -hs -E '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
-            /etc/apt/sources.list.d/*.list 2>/dev/null \
-          | grep -o 'https\?://[^ ]*/debian/\?$' | head -n1 || true)
-    echo "${uri:-http://deb.debian.org/debian}"
-}
+mirror() { bash "$HERE/tools/debian_mirror.sh" "${KIME_ARM64_MIRROR:-}"; }
 
 # 0: qemu-aarch64 is registered and enabled; 1: not.
 binfmt_ok() {

@@ -22,14 +22,7 @@ PACKAGES="python$PYTHON_VERSION,python$PYTHON_VERSION-venv,ca-certificates"
 log() { printf 'sid_chroot: %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-mirror() {
-    if [[ -n "${KIME_SID_MIRROR:-}" ]]; then echo "$KIME_SID_MIRROR"; return; fi
-    local uri
-    uri=$(grep -hs -E '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
-            /etc/apt/sources.list.d/*.list 2>/dev/null \
-          | grep -o 'https\?://[^ ]*/debian/\?$' | head -n1 || true)
-    echo "${uri:-http://deb.debian.org/debian}"
-}
+mirror() { bash "$(dirname "${BASH_SOURCE[0]}")/debian_mirror.sh" "${KIME_SID_MIRROR:-}"; }
 
 create() {
     if [[ -e "$ROOT/.kime-sid-done" ]]; then log "$ROOT: already made"; return; fi
