@@ -7,7 +7,7 @@
 #                                         venv module (about a minute); idempotent
 #   tools/sid_chroot.sh run -- CMD...     CMD in the chroot, /proc, /dev and /dev/shm mounted in a
 #                                         private mount namespace, the environment emptied but for
-#                                         KIME_*, OMP_*, OPENBLAS_*, PYTHON*, HYPOTHESIS_*, PIP_*
+#                                         KIME_*, OMP_*, OPENBLAS_*, PYTHON*, HYPOTHESIS_*, PIP_NO_*
 #   tools/sid_chroot.sh python            the chroot's interpreter (/usr/bin/python3.14)
 #
 # Environment: KIME_SID_ROOT (default /work/sid/chroot), KIME_SID_MIRROR (default: the mirror
