@@ -8,8 +8,10 @@ through `request`, the one place a request is sent, so the transport's rules liv
 
 - redirects are followed within one origin only (scheme, host and port), so a bearer key never
   reaches another host nor leaves HTTPS;
-- `retry` (a `Retry`; none by default, as laya's clients make none) sends a request again after a
-  502, 503 or 504, or a connection the server dropped, a bounded number of times with a growing
+- `retry` (a `Retry`; none by default, as laya's clients make none; the integrations and `kime
+  mcp --base-url` use `SERVER_RETRY`) sends a request again after a 502, 503 or 504, a 500 that
+  is not the server's own (a proxy's plain-text page: Ray Serve's when the replica under the
+  request died), or a connection the server dropped, a bounded number of times with a growing
   pause. Every route this client calls is idempotent (a decision changes nothing on the server),
   so a retry can only repeat work, never an effect;
 - a failure is an exception that says what went wrong and keeps what the edges need: the status
@@ -23,13 +25,13 @@ refused before anything is sent, as is a `lang_guess` that is not a language cod
 """
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .laya.options import NO_OPTIONS, CallOptions
@@ -40,14 +42,17 @@ BODY_OPTIONS = ("max_len", "head_max_len", "lang", "min_confidence", "task", "la
 MALFORMED_PREFIX = "Malformed decision response"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Retry:
-    """How often a request is sent again after a `statuses` answer or a dropped connection:
-    `attempts` in all (1: never again), waiting `backoff_s`, then twice that, ... between."""
+    """How often a request is sent again after a `statuses` answer, a 500 that is not the
+    server's own (`proxy_500`: a proxy's page, such as Ray Serve's when the replica under the
+    request died) or a dropped connection: `attempts` in all (1: never again), waiting
+    `backoff_s`, then twice that, ... between."""
 
     attempts: int = 1
     backoff_s: float = 0.2
     statuses: Tuple[int, ...] = (502, 503, 504)
+    proxy_500: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) \
@@ -60,6 +65,22 @@ class Retry:
 
 
 NO_RETRY = Retry()
+SERVER_RETRY = Retry(attempts=4, backoff_s=0.2)
+"""What the integrations' `base_url=` and `kime mcp --base-url` retry with: 3 more tries, after
+0.2, 0.4 and 0.8 s (`KIME_CLIENT_RETRIES` sets how many; 0: none, as laya)."""
+RETRIES_ENV = "KIME_CLIENT_RETRIES"
+
+
+def server_retry(environ: Optional[Dict[str, str]] = None) -> Retry:
+    """`SERVER_RETRY`, with `KIME_CLIENT_RETRIES` retries when it is set (a count >= 0)."""
+    import os
+
+    raw = (os.environ if environ is None else environ).get(RETRIES_ENV, "").strip()
+    if not raw:
+        return SERVER_RETRY
+    if not raw.isdigit():
+        raise ValueError("%s must be a number of retries >= 0, got %r" % (RETRIES_ENV, raw))
+    return dataclasses.replace(SERVER_RETRY, attempts=int(raw) + 1)
 
 DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, ConnectionAbortedError,
            BrokenPipeError)
@@ -82,6 +103,15 @@ class StatusError(ClientError):
         self.status = status
         self.text = text
         self.reason = reason
+
+    @property
+    def from_server(self) -> bool:
+        """Whether the server itself answered (a JSON object body, as FastAPI's errors are),
+        not a proxy in front of it with a page of its own."""
+        try:
+            return isinstance(json.loads(self.text), dict)
+        except ValueError:
+            return False
 
     @property
     def detail(self) -> str:
@@ -226,8 +256,11 @@ class Client(OnThreads):
                 return self._send(urllib.request.Request(
                     url, data=data, headers=headers, method="GET" if data is None else "POST"))
             except (StatusError, ConnectFailure) as exc:
-                again = (exc.status in self.retry.statuses if isinstance(exc, StatusError)
-                         else isinstance(exc.cause, DROPPED))
+                if isinstance(exc, StatusError):
+                    again = exc.status in self.retry.statuses or (
+                        self.retry.proxy_500 and exc.status == 500 and not exc.from_server)
+                else:
+                    again = isinstance(exc.cause, DROPPED)
                 if not again or attempt + 1 == self.retry.attempts:
                     raise
             time.sleep(self.retry.backoff_s * 2 ** attempt)
@@ -297,5 +330,6 @@ class Client(OnThreads):
 
 
 __all__ = ["BODY_OPTIONS", "BodyNotJson", "Client", "ClientError", "ConnectFailure",
-           "MalformedReply", "NO_RETRY", "OnThreads", "Retry", "SameOriginRedirects", "StatusError",
-           "decision_body", "refuse_unsendable"]
+           "MalformedReply", "NO_RETRY", "OnThreads", "Retry", "SERVER_RETRY",
+           "SameOriginRedirects", "StatusError", "decision_body", "refuse_unsendable",
+           "server_retry"]

@@ -124,9 +124,10 @@ class Caller:
     def decider(self) -> Any:
         """The server's client, the agent (as itself, or `Foreign`), or the default Router."""
         if self.base_url:
-            from ..client import Client
+            from ..client import Client, server_retry
 
-            return Client(self.base_url, api_key=self.api_key, timeout=TIMEOUT_S)
+            return Client(self.base_url, api_key=self.api_key, timeout=TIMEOUT_S,
+                          retry=server_retry())
         runner = self.agent if self.agent is not None else default_router()
         return runner if isinstance(runner, Decider) else Foreign(runner)
 

@@ -22,7 +22,7 @@ import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence, TypeVar
 
 from ..client import (BodyNotJson, Client, ClientError, ConnectFailure, MalformedReply,
-                      OnThreads, StatusError)
+                      OnThreads, StatusError, server_retry)
 from ..laya.options import NO_OPTIONS, CallOptions
 from ..laya.router import Router
 from .validate import ToolError
@@ -98,7 +98,8 @@ class RemoteRouter(OnThreads):
         router_kwargs.pop("device", None)
         router_kwargs.pop("preload", None)
         self.routing = Router(**router_kwargs)
-        self.client = Client(self.base_url, api_key=api_key, timeout=self.timeout)
+        self.client = Client(self.base_url, api_key=api_key, timeout=self.timeout,
+                             retry=server_retry())
 
     @property
     def api_key(self) -> Optional[str]:

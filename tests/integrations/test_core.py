@@ -21,7 +21,7 @@ import socket
 import threading
 import time
 import warnings
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 from hypothesis import given
@@ -246,7 +246,7 @@ class Flaky:
     """A loopback server that fails its first `failures` requests (answering `status`, or
     closing the connection without a reply when `status` is 0), then answers a decision."""
 
-    def __init__(self, failures: int, status: int) -> None:
+    def __init__(self, failures: int, status: int, body: bytes = b'{"detail":"later"}') -> None:
         outer = self
         self.failures, self.status, self.seen = failures, status, 0
 
@@ -258,13 +258,13 @@ class Flaky:
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                status, body = ((outer.status, b'{"detail":"later"}')
-                                if outer.seen <= outer.failures
-                                else (200, b'{"answers":{}, "try": %d}' % outer.seen))
+                status, reply = ((outer.status, body)
+                                 if outer.seen <= outer.failures
+                                 else (200, b'{"answers":{}, "try": %d}' % outer.seen))
                 self.send_response(status)
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(reply)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(reply)
 
             def log_message(self, *args: Any) -> None:
                 pass
@@ -307,6 +307,50 @@ def test_other_failures_are_not_retried(status: int) -> None:
         assert info.value.status == status and flaky.seen == 1
     finally:
         flaky.stop()
+
+
+def test_a_proxys_500_is_retried_and_the_servers_own_is_not() -> None:
+    """Ray Serve's proxy answers a plain-text 500 when the replica under a request dies; a
+    laya-serve server's own 500 is a JSON object (FastAPI's), a failure a retry would repeat."""
+    flaky = Flaky(failures=2, status=500, body=b"Internal Server Error")
+    try:
+        got = answer(flaky.url, retry=Retry(attempts=3, backoff_s=0.01))
+        assert got == {"answers": {}, "try": 3} and flaky.seen == 3
+        flaky.seen = 0
+        with pytest.raises(StatusError):
+            answer(flaky.url, retry=Retry(attempts=3, backoff_s=0.01, proxy_500=False))
+        assert flaky.seen == 1
+    finally:
+        flaky.stop()
+
+
+@pytest.mark.parametrize("retries", [None, "0", "1"])
+def test_the_integrations_and_kime_mcp_retry_a_server_by_default(retries: Optional[str],
+                                                               monkeypatch) -> None:
+    """`base_url=` (every integration's `Caller`) and `kime mcp --base-url` (`RemoteRouter`)
+    retry as `SERVER_RETRY` says, 3 more tries; KIME_CLIENT_RETRIES sets how many."""
+    from kime.client import SERVER_RETRY
+    from kime.integrations.caller import Caller
+    from kime.mcp.remote import RemoteRouter
+
+    if retries is not None:
+        monkeypatch.setenv("KIME_CLIENT_RETRIES", retries)
+    tries = SERVER_RETRY.attempts if retries is None else int(retries) + 1
+    for ask in (lambda url: Caller(base_url=url).decide(INVOICE, QUESTIONS),
+                lambda url: RemoteRouter(url).answer(INVOICE, QUESTIONS)):
+        flaky = Flaky(failures=3, status=503)
+        try:
+            if tries > 3:
+                assert ask(flaky.url) == {"answers": {}, "try": 4}
+            else:
+                with pytest.raises(Exception, match="503|busy"):  # each edge words it
+                    ask(flaky.url)
+            assert flaky.seen == min(tries, 4)
+        finally:
+            flaky.stop()
+    monkeypatch.setenv("KIME_CLIENT_RETRIES", "many")
+    with pytest.raises(ValueError, match="KIME_CLIENT_RETRIES must be a number of retries"):
+        Caller(base_url="http://127.0.0.1:1").decider()
 
 
 def test_a_retry_policy_is_checked() -> None:
