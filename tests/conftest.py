@@ -8,6 +8,8 @@ import pytest
 
 from kime.synthetic import write_checkpoint
 
+from . import ray_local  # noqa: F401  # Ray's loopback settings, before any test imports Ray
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _packed_cache(tmp_path_factory: pytest.TempPathFactory):

@@ -1,7 +1,8 @@
-"""kime on a real local Ray cluster (`ray.init(num_cpus=2)`, no mocks): `kime.ray.score` and
-`Scorer` equal in-process `predict` row for row (bad rows too), `kime score --engine ray` writes
-what the local engine writes (JSONL and Parquet, resumed), `kime calibrate --engine ray` fits
-what the local engine fits, and actors x threads never oversubscribe the cluster."""
+"""kime on a real local Ray cluster (a new one of 2 CPUs on loopback, no mocks):
+`kime.ray.score` and `Scorer` equal in-process `predict` row for row (bad rows too), `kime
+score --engine ray` writes what the local engine writes (JSONL and Parquet, resumed), `kime
+calibrate --engine ray` fits what the local engine fits, and actors x threads never
+oversubscribe the cluster."""
 from __future__ import annotations
 
 import io
@@ -15,6 +16,7 @@ ray = pytest.importorskip("ray")
 pytest.importorskip("ray.data")
 
 import kime  # noqa: E402
+from ..ray_local import local_ray  # noqa: E402
 import kime.ray as kray  # noqa: E402
 from kime.errors import KimeError  # noqa: E402
 from kime.jobs.calibrate import calibrate_job  # noqa: E402
@@ -38,9 +40,8 @@ OWN = {"mood": {"type": "score", "instructions": "How upset?", "criteria": ["cal
 
 @pytest.fixture(scope="module", autouse=True)
 def cluster():
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
-    yield
-    ray.shutdown()
+    with local_ray(num_cpus=2):  # its own, on loopback: never one already running here
+        yield
 
 
 @pytest.fixture(scope="module")
