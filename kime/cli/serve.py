@@ -11,13 +11,22 @@ from .exits import UsageError
 def _serve(args: argparse.Namespace) -> int:
     try:
         from ..serve import ConfigError, load_settings, serve
-        from ..serve.settings import flags_from
+        from ..serve.settings import check_engine, flags_from
     except ImportError as e:
         raise UsageError("kime serve needs the HTTP stack: pip install 'kime[serve]' (%s)"
                          % e) from e
     try:
         settings = load_settings(flags_from(args), config=args.config)
-        serve(settings)
+        check_engine(settings)
+        if settings.engine == "ray":
+            try:
+                from ..serve import on_ray
+            except ImportError as e:
+                raise UsageError("kime serve --engine ray needs Ray Serve: pip install "
+                                 "'kime[serve,ray]' (%s)" % e) from e
+            on_ray.run(settings)
+        else:
+            serve(settings)
     except ConfigError as e:
         raise UsageError(str(e)) from e
     return 0

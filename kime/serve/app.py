@@ -53,8 +53,10 @@ class Service:
     """An engine or a Router behind laya serve's routes: the app's state and its handlers."""
 
     def __init__(self, model: Union[Kime, Agent, Router], settings: Settings,
-                 name: Optional[str] = None):
+                 name: Optional[str] = None,
+                 gather: Optional[Callable[[], Awaitable[bytes]]] = None):
         self.served = served_for(model, settings, name)
+        self.gather = gather
         self.settings = settings
         self.metrics = Metrics(self.served.engines, self.served.registered)
         self.served.watch(self.metrics)
@@ -207,9 +209,11 @@ class Service:
         self.check_auth(request)
         return {"object": "list", "data": self.served.listing()}
 
-    def prometheus(self, request: Request) -> Response:
+    async def prometheus(self, request: Request) -> Response:
+        """This server's metrics, or, with `gather`, those of every replica it is one of."""
         self.check_auth(request)
-        return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+        text = await self.gather() if self.gather else self.metrics.render()
+        return Response(text, media_type=CONTENT_TYPE)
 
 
 async def _invalid(_request: Request, exc: Exception) -> JSONResponse:
@@ -224,9 +228,11 @@ class RequestObserver:
     """ASGI middleware: `x-request-id` on every response (the client's, or a new one), and each
     request's count, latency and in-progress gauge for `/metrics`."""
 
-    def __init__(self, app: Any, metrics: Metrics, paths: Sequence[str]):
+    def __init__(self, app: Any, metrics: Metrics, paths: Sequence[str],
+                 service: Optional[Service] = None):
         self.app = app
         self.metrics = metrics
+        self.service = service
         self.paths = frozenset(paths)
 
     async def __call__(self, scope: Dict[str, Any], receive: Callable, send: Callable) -> None:
@@ -264,11 +270,14 @@ class RequestObserver:
 
 
 def create_app(model: Union[Kime, Agent, Router], settings: Optional[Settings] = None,
-               name: Optional[str] = None) -> Any:
+               name: Optional[str] = None,
+               gather: Optional[Callable[[], Awaitable[bytes]]] = None) -> Any:
     """The ASGI app over a loaded `kime.Kime` or `kime.laya.Agent` (served as `name`, else its
     model id), or over a `kime.laya.Router` (which routes every request and answers with
-    `routing`). The engines are closed when the app shuts down."""
-    service = Service(model, settings or Settings(model=getattr(model, "model_id", [])), name)
+    `routing`). The engines are closed when the app shuts down. `gather`, when given, is what
+    `/metrics` answers (a replica's: every replica's metrics); else the app's own."""
+    service = Service(model, settings or Settings(model=getattr(model, "model_id", [])), name,
+                      gather)
     docs = service.open
     app = FastAPI(title="kime serve", lifespan=service.lifespan,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
@@ -283,29 +292,33 @@ def create_app(model: Union[Kime, Agent, Router], settings: Optional[Settings] =
          schema.request_body(schema.BATCH))]
     for method, path, handler, body in routes:
         app.add_api_route(path, handler, methods=[method], openapi_extra=body)
-    return RequestObserver(app, service.metrics, PATHS)
+    return RequestObserver(app, service.metrics, PATHS, service)
 
 
-def serve(settings: Settings) -> None:
-    """Load the model (one plain `--model SOURCE`, as `kime.load` loads it: a Hub checkpoint
-    missing from the cache is downloaded with huggingface_hub's progress bars, unless
-    HF_HUB_OFFLINE is set), or build and preload a Router (anything else, which loads the
-    same way), then run uvicorn until SIGINT/SIGTERM (requests in flight finish first, for up
-    to `graceful_shutdown` seconds)."""
-    import uvicorn
-
+def load_model(settings: Settings) -> Tuple[Union[Agent, Router], Optional[str]]:
+    """What a server over `settings` answers from: the one checkpoint of a plain `--model
+    SOURCE`, loaded as `kime.load` loads it (a Hub checkpoint missing from the cache is
+    downloaded, unless HF_HUB_OFFLINE is set), with that source (the name it is served as);
+    else the Router the settings describe, preloaded, and None."""
     from ..laya import load
     from .routing import build_router, single_source
 
     source = single_source(settings)
-    model: Union[Agent, Router]
-    if source is not None:
-        model = load(source, device=settings.device, precision=settings.precision,
-                     threads=settings.threads, answer_cache=settings.answer_cache)
-        if settings.max_merge:
-            model.engine.scheduler.max_merge = settings.max_merge
-    else:
-        model = build_router(settings)
+    if source is None:
+        return build_router(settings), None
+    agent = load(source, device=settings.device, precision=settings.precision,
+                 threads=settings.threads, answer_cache=settings.answer_cache)
+    if settings.max_merge:
+        agent.engine.scheduler.max_merge = settings.max_merge
+    return agent, source
+
+
+def serve(settings: Settings) -> None:
+    """Load the model (`load_model`), then run uvicorn until SIGINT/SIGTERM (requests in
+    flight finish first, for up to `graceful_shutdown` seconds)."""
+    import uvicorn
+
+    model, source = load_model(settings)
     config = uvicorn.Config(create_app(model, settings, source), host=settings.host,
                             port=settings.port,
                             root_path=settings.root_path,

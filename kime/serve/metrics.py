@@ -170,3 +170,31 @@ class Lifecycle:
 
     def on_evict(self, ctx: Any) -> None:
         self.metrics.evictions.labels(ctx.model).inc()
+
+
+def labelled_union(sheets: Sequence[Tuple[str, bytes]], label: str = "replica") -> bytes:
+    """Several servers' `/metrics` texts as one, each sample labelled `label=<its server>`: what
+    a scrape through a proxy answers for a deployment of several replicas, so that one scrape
+    sees all the traffic (sum by the other labels for the total). A family appears once, with
+    the samples of every server that has it, in the order the servers come."""
+    from prometheus_client.parser import text_string_to_metric_families
+    from prometheus_client.samples import Sample
+
+    families: Dict[str, Metric] = {}
+    for server, text in sheets:
+        for family in text_string_to_metric_families(text.decode("utf-8")):
+            merged = families.get(family.name)
+            if merged is None:
+                merged = families[family.name] = Metric(family.name, family.documentation,
+                                                        family.type, family.unit)
+            merged.samples.extend(
+                Sample(s.name, {label: server, **s.labels}, s.value, s.timestamp, s.exemplar)
+                for s in family.samples)
+
+    class Union(Collector):
+        def collect(self) -> Iterator[Metric]:
+            return iter(families.values())
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(Union())
+    return generate_latest(registry)

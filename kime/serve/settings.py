@@ -41,6 +41,8 @@ MAX_CHOICE_OPTIONS = 100
 """laya serve's one-pass cap on a choice's options (`limits` refuses past it)."""
 """Each one, when set, adds one bearer key (laya serve reads LAYA_API_KEY)."""
 CONFIG_ENV = "KIME_CONFIG"
+ENGINES = ("local", "ray")
+"""What `--engine` may name: this process, or Ray Serve."""
 _log = logging.getLogger("kime.serve")
 
 
@@ -144,6 +146,23 @@ def _laya_batch_tokens(value: Any) -> int:
                      MAX_BATCH_TOKENS)
         return MAX_BATCH_TOKENS
     return n
+
+
+def _engine(value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ENGINES:
+        return value.strip().lower()
+    raise Refused("one of %s" % ", ".join(ENGINES))
+
+
+def _replica_bounds(value: Any) -> Any:
+    # `MIN:MAX` replicas; kept as written (the flag's spelling), checked here
+    if value is None:
+        return None
+    lo, sep, hi = str(value).partition(":")
+    if not (sep and lo.strip().isdigit() and hi.strip().isdigit()
+            and int(lo) <= int(hi) and int(hi) >= 1):
+        raise Refused("MIN:MAX replicas, 0 <= MIN <= MAX, MAX >= 1 (e.g. 1:4)")
+    return "%d:%d" % (int(lo), int(hi))
 
 
 def _comma_list(value: Any) -> Any:
@@ -277,6 +296,36 @@ class Settings(BaseModel):
         "comma list of the checkpoints to preload (default: the NAME=SOURCE ones, else every "
         "registered one)", env=("KIME_PRELOAD_MODELS", "LAYA_MODELS"))] = Field(
             default_factory=list)
+    # --- scale-out: Ray Serve (`--engine ray`, kime[serve,ray]) ---------------------------------
+    engine: Annotated[str, BeforeValidator(_engine), Source(
+        "local: this process serves; ray: replicas on Ray Serve, its proxy at --host/--port",
+        env=("KIME_ENGINE",))] = "local"
+    replicas: Annotated[Optional[Positive], Source(
+        "with --engine ray: replicas (with --autoscale: the number to start with; default 1)",
+        env=("KIME_REPLICAS",))] = None
+    threads_per_replica: Annotated[Count, Source(
+        "with --engine ray: threads, and the CPUs Ray gives, per replica (--threads means the "
+        "same there; neither: 1)", env=("KIME_THREADS_PER_REPLICA",))] = 0
+    autoscale: Annotated[Optional[str], BeforeValidator(_replica_bounds), Source(
+        "with --engine ray: MIN:MAX replicas, Serve scales between them on requests in flight",
+        env=("KIME_AUTOSCALE",))] = None
+    ray_address: Annotated[Optional[str], Source(
+        "with --engine ray: the cluster to join (auto, ray://host:10001, host:6379); none: a "
+        "new local Ray on this machine, unless RAY_ADDRESS names one",
+        env=("KIME_RAY_ADDRESS",))] = None
+
+
+RAY_ONLY = ("replicas", "threads_per_replica", "autoscale", "ray_address")
+"""Settings that mean something only with `engine = "ray"`."""
+
+
+def check_engine(settings: Settings) -> None:
+    """Refuse Ray's settings on the local engine (they would be ignored), all named at once."""
+    if settings.engine == "ray":
+        return
+    given = [flag_name(name) for name in RAY_ONLY if getattr(settings, name)]
+    if given:
+        raise ConfigError("%s need --engine ray" % ", ".join(given))
 
 
 def sources() -> Dict[str, Source]:
