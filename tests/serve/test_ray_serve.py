@@ -139,7 +139,8 @@ def test_kime_serve_engine_ray_answers_as_one_kime_serve_and_sigterm_leaves_no_a
     try:
         wait_for("kime serve", lambda: answers(local_port), 60)
         wait_for("kime serve --engine ray", lambda: answers(ray_port), 120)
-        assert len(replica_processes()) == 2
+        # one replica may answer before the other has started
+        wait_for("both replicas", lambda: len(replica_processes()) == 2, 60)
         answered = 0
         for method, path, body, headers in CASES:
             want = call(local_port, method, path, body, headers)
@@ -286,3 +287,39 @@ def test_scaling_two_replicas_to_one_under_load_loses_nothing_without_retries(de
     assert load.ok > 20
     deploy(2)
     wait_for("two replicas again", lambda: len(replica_processes()) == 2, 90)
+
+
+def test_a_router_on_ray_answers_as_one_kime_serve_router(deployed):
+    """Named checkpoints (a Router, as laya serve runs one): the same answers and texts through
+    Serve's proxy as from one `kime serve` with the same --model entries."""
+    from ray import serve
+
+    import kime.ray
+    from kime.serve import Settings
+
+    port, deploy = deployed
+    entries = ["english=%s" % TINY, "mine=%s" % TINY]
+    # one replica: a Router's LRU order is per replica, so only one sees every request as the
+    # local server does
+    serve.run(kime.ray.deployment(None, replicas=1, settings=Settings(
+        model=entries, log_level="warning")), name="kime", route_prefix="/", blocking=False)
+    local_port = _free_port()
+    local = subprocess.Popen([sys.executable, "-m", "kime.cli", "serve", "--threads", "1",
+                              "--host", LOOPBACK, "--port", str(local_port), "--log-level",
+                              "warning"] + [a for e in entries for a in ("--model", e)],
+                             env=environ())
+    try:
+        wait_for("kime serve", lambda: answers(local_port), 60)
+        wait_for("the Router's replicas", lambda: call(port, "GET", "/v1/models")[1] ==
+                 call(local_port, "GET", "/v1/models")[1], 120)
+        routed = [("POST", "/v1/systemone", json.dumps({
+            "state": "refund please", "questions": QUESTIONS, "model": name}).encode(), {})
+            for name in ("mine", "english", "auto", "nobody")]
+        for method, path, body, headers in CASES + routed:
+            want = call(local_port, method, path, body, headers)
+            got = call(port, method, path, body, headers)
+            assert got[:2] == want[:2], (method, path, body)
+    finally:
+        local.send_signal(signal.SIGTERM)
+        assert local.wait(timeout=60) in (0, -signal.SIGTERM)
+        deploy(2)
