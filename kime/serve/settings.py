@@ -310,8 +310,8 @@ class Settings(BaseModel):
         "with --engine ray: MIN:MAX replicas, Serve scales between them on requests in flight",
         env=("KIME_AUTOSCALE",))] = None
     ray_address: Annotated[Optional[str], Source(
-        "with --engine ray: the cluster to join (auto, ray://host:10001, host:6379); none: a "
-        "new local Ray on this machine, unless RAY_ADDRESS names one",
+        "with --engine ray: the cluster to join (auto, or the head's HOST:6379); none: a new "
+        "local Ray on this machine, unless RAY_ADDRESS names one",
         env=("KIME_RAY_ADDRESS",))] = None
 
 
