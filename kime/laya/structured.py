@@ -46,10 +46,12 @@ class DecisionResult:
 def _project(answers: Dict[Any, Any], fields: Sequence[Field]) -> Dict[str, Any]:
     """Each field's value from its answer: a choice's enum value, a score's integer (minimum +
     the most probable level), a noul's boolean (P(true) >= 0.5), None for an answer the gate
-    flagged; a field with no answer is left out. An answer that lacks its field or gives a
-    non-finite number is refused (every such field listed at once) rather than read as False,
-    level 0 or the text "None", as Laya reads it: a malformed reply must not become a plausible
-    value. A choice label outside the options passes through as its text (Laya's golden)."""
+    flagged; a field with no answer is left out, as Laya's `answers_to_json` leaves it (a
+    decision refuses such a reply first, in `answered`). An answer that lacks its
+    field or gives a non-finite number is refused (every such field listed at once) rather than
+    read as False, level 0 or the text "None", as Laya reads it: a malformed reply must not
+    become a plausible value. A choice label outside the options passes through as its text
+    (Laya's golden)."""
     values: Dict[str, Any] = {}
     problems: List[Problem] = []
 
@@ -58,7 +60,7 @@ def _project(answers: Dict[Any, Any], fields: Sequence[Field]) -> Dict[str, Any]
 
     for f in fields:
         answer = answers.get(f.name)
-        if answer is None:
+        if answer is None:  # `answers_to_json` on partial answers, as Laya's (decide refused it)
             continue
         if answer.get("low_confidence"):
             values[f.name] = None
@@ -126,14 +128,23 @@ def _details(values: Dict[str, Any], answers: Dict[Any, Any],
     confidence: Dict[Any, float] = {}
     answer_confidence: Dict[Any, Optional[float]] = {}
     probabilities: Dict[Any, Dict[str, Any]] = {}
+    problems: List[Problem] = []
     for name, answer in answers.items():
-        confidence[name] = float(answer.get("confidence", 0.0))
+        # no usable confidence reads as none at all: it meets no threshold (fails closed)
+        confidence[name] = _finite(answer.get("confidence")) or 0.0
         answer_confidence[name] = answer_confidence_value(answer)
         if answer.get("type") == "noul":
-            p = float(answer.get("noul", 0.0))
+            p = _finite(answer.get("noul"))
+            if p is None:
+                problems.append(problem(["answers", name, "noul"], "a noul answer needs a "
+                                        "finite 'noul' probability", "value_error.answer",
+                                        answer.get("noul")))
+                continue
             probabilities[name] = {"false": round(1.0 - p, 4), "true": round(p, 4)}
         else:
             probabilities[name] = dict(answer.get("probabilities") or {})
+    if problems:
+        raise InvalidRequest(problems)
     return DecisionResult(values=values, confidence=confidence, probabilities=probabilities,
                           answers=dict(answers), usage=result.get("usage"),
                           routing=result.get("routing"), answer_confidence=answer_confidence)
@@ -171,8 +182,26 @@ def _prepare(schema: Any, questions: Optional[Dict[Any, Any]], min_confidence: A
     return fields, questions, mc
 
 
-def _shape(result: Dict[str, Any], fields: Optional[List[Field]], return_details: bool) -> Any:
-    answers = result.get("answers", {}) or {}
+def answered(result: Any, questions: Dict[Any, Any]) -> Dict[Any, Dict[str, Any]]:
+    """A runner's result's `answers`, refused (every problem at once) unless it is an object
+    holding an answer object for every question asked: a reply that drops a question must not
+    come back as a decision without that field."""
+    answers = result.get("answers") if isinstance(result, dict) else None
+    if not isinstance(answers, dict):
+        raise InvalidRequest([problem(["answers"], "the result must carry an 'answers' object",
+                                      "value_error.answer", answers)])
+    problems = [problem(["answers", qid], "no answer to this question" if qid not in answers
+                        else "the answer must be an object", "value_error.answer",
+                        answers.get(qid))
+                for qid in questions if not isinstance(answers.get(qid), dict)]
+    if problems:
+        raise InvalidRequest(problems)
+    return answers
+
+
+def _shape(result: Any, fields: Optional[List[Field]], questions: Dict[Any, Any],
+           return_details: bool) -> Any:
+    answers = answered(result, questions)
     values = _project(answers, fields) if fields is not None else dict(answers)
     return _details(values, answers, result) if return_details else values
 
@@ -200,7 +229,7 @@ def decide(runner: Any, state: Any, schema: Any = None, *,
         result = runner.predict(state, qs, **predict_kwargs)
     if isinstance(result, dict):
         apply_confidence_gate([result], mc)
-    return _shape(result, fields, return_details)
+    return _shape(result, fields, qs, return_details)
 
 
 # What a Router reads off each request rather than taking as a predict_batch keyword.
@@ -238,7 +267,7 @@ def decide_batch(runner: Any, states: Sequence[Any], schema: Any = None, *,
     else:
         results = predict_batch(list(states), qs, **predict_kwargs)
     apply_confidence_gate([r for r in results if isinstance(r, dict)], mc)
-    return [_shape(r, fields, return_details) for r in results]
+    return [_shape(r, fields, qs, return_details) for r in results]
 
 
 __all__ = [

@@ -192,3 +192,61 @@ def test_every_malformed_answer_is_listed_at_once():
     with pytest.raises(InvalidRequest) as err:
         answers_to_json({"department": {}, "urgency": {"score": "x"}, "refund": {}}, _SCHEMA)
     assert sorted(p["loc"][1] for p in err.value.problems) == ["department", "refund", "urgency"]
+
+
+class _Dropping(_Recorder):
+    """A runner whose reply leaves out some asked questions, or every answer."""
+
+    def __init__(self, drop: List[str], keep_answers: bool = True) -> None:
+        super().__init__()
+        self.drop, self.keep_answers = drop, keep_answers
+
+    def _result(self, questions: Dict[str, Any]) -> Dict[str, Any]:
+        result = super()._result(questions)
+        if not self.keep_answers:
+            del result["answers"]
+        else:
+            for qid in self.drop:
+                del result["answers"][qid]
+        return result
+
+
+@pytest.mark.parametrize("via", ["decide", "decide_batch"])
+@pytest.mark.parametrize("schema_or_questions", ["schema", "questions"])
+def test_a_reply_that_drops_a_question_is_refused_not_returned_without_it(via,
+                                                                           schema_or_questions):
+    """Without this, `decide` came back without the dropped fields: a guard reading
+    `values.get("flag")` saw None, not a refusal. Every missing question is named at once."""
+    from kime.errors import InvalidRequest
+
+    questions = structured.questions_from_json_schema(SCHEMA)
+    kw = {"questions": questions} if schema_or_questions == "questions" else {"schema": SCHEMA}
+
+    def ask(runner: Any) -> Any:
+        if via == "decide":
+            return structured.decide(runner, "s", **kw)
+        return structured.decide_batch(runner, ["s"], **kw)[0]
+
+    assert set(ask(_Dropping([]))) == set(questions)
+    with pytest.raises(InvalidRequest) as err:
+        ask(_Dropping(["flag", "level"]))
+    assert sorted(p["loc"][1] for p in err.value.problems) == ["flag", "level"]
+    assert all(p["msg"] == "no answer to this question" for p in err.value.problems)
+    with pytest.raises(InvalidRequest, match="the result must carry an 'answers' object"):
+        ask(_Dropping([], keep_answers=False))
+
+
+def test_the_details_refuse_a_noul_answer_without_its_probability():
+    """`return_details` reported P(true) = 0 for a noul answer without `noul` (read as 0.0)."""
+    from kime.errors import InvalidRequest
+
+    class NoProbability(_Recorder):
+        def _result(self, questions: Dict[str, Any]) -> Dict[str, Any]:
+            result = super()._result(questions)
+            del result["answers"]["flag"]["noul"]
+            return result
+
+    questions = structured.questions_from_json_schema(SCHEMA)
+    with pytest.raises(InvalidRequest) as err:
+        structured.decide(NoProbability(), "s", questions=questions, return_details=True)
+    assert [p["loc"] for p in err.value.problems] == [["answers", "flag", "noul"]]
