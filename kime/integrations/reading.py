@@ -52,7 +52,9 @@ def malformed(where: str, what: str, kind: type = MalformedDecision) -> Malforme
 
 
 def answers_map(result: Any, where: str = "Laya") -> Dict[str, Dict[str, Any]]:
-    """`result["answers"]` ({} when absent), refusing a non-object there or as any answer."""
+    """`result["answers"]`, refusing a non-object there or as any answer. Absent, it is {}:
+    no caller reads a default from it, each refuses every asked question it lacks (`answer_to`,
+    `screen`, the LangChain nodes' `_read`)."""
     answers = result.get("answers", {}) if isinstance(result, dict) else None
     if not isinstance(answers, dict):
         raise malformed(where, "'answers' must be a JSON object, got %s" % type(answers).__name__)
