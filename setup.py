@@ -1,9 +1,11 @@
 """Builds kime's Cython kernels; all other metadata lives in pyproject.toml.
 
-OpenMP is optional: the kernels parallelise over rows with `prange`, and without OpenMP the same
-code runs on one thread with the same results. Whether the compiler supports it is probed with the
-very compiler setuptools is about to use, because a flag that works for `cc` on PATH may not work
-for the one distutils picked (Apple clang, MSVC, a cross compiler).
+OpenMP is optional, and it is the build's threads switch: the Cython kernels parallelise over
+rows with `prange`, and the C kernels run on kime's own pthreads pool (`csrc/pool.c`) when the
+build has OpenMP. Without it the same code runs on one thread with the same results. Whether
+the compiler supports OpenMP is probed with the very compiler setuptools is about to use, because
+a flag that works for `cc` on PATH may not work for the one distutils picked (Apple clang, MSVC,
+a cross compiler).
 
 The hand-written C kernels in `kime/_cpu/csrc/` are compiled once into one static library that
 every extension links (so each .so stays self-contained, as auditwheel wants), and the C files,

@@ -18,6 +18,11 @@ from libc.stdint cimport int32_t, uint16_t
 
 cnp.import_array()
 
+cdef extern from "pool.h":
+    int kime_pool_spin_us() nogil
+    void kime_pool_set_spin_us(int us) nogil
+    int kime_pool_threaded() nogil
+
 cdef extern from "kernels.h":
     int kime_isa_detect() nogil
     const char *kime_isa_name(int isa) nogil
@@ -113,6 +118,21 @@ cdef extern from "forward.h":
 
 MAX_LAYERS = KIME_MAX_LAYERS
 ACT_HIDDEN = KIME_ACT_HIDDEN
+
+
+def pool_spin_us() -> int:
+    """How long an idle worker of kime's thread pool spins before it sleeps, in microseconds."""
+    return kime_pool_spin_us()
+
+
+def set_pool_spin_us(int us) -> None:
+    """Set the pool's bounded spin (microseconds, 0: sleep at once) for waits that start later."""
+    kime_pool_set_spin_us(us)
+
+
+def pool_threaded() -> bool:
+    """Whether this build's forward pass runs its steps on several threads."""
+    return kime_pool_threaded() == 1
 
 
 def isa_detect():

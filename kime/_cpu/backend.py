@@ -2,7 +2,7 @@
 
 `CpuBackend` runs the compiled forward pass (`_forward`, over the C kernels in `csrc/`): weights
 packed once for the CPU's ISA and cached on disk, one plan per bucket with its arena allocated
-once, OpenMP threads owned by the engine and opened from process-wide master threads
+once, the threads of kime's pool (`csrc/pool.c`) opened from process-wide master threads
 (`masters.py`), and NumPy's BLAS held to one thread while a forward
 pass runs so the two thread pools never fight over the cores. `ReferenceBackend` is the NumPy
 oracle (`reference.py`), selected with `KIME_CPU_BACKEND=reference`.
@@ -68,9 +68,9 @@ def kernels_report() -> Dict[str, object]:
     """What this build's CPU kernels run on this machine, for `kime doctor` (through
     `kime.factory.backend_report`, so nothing outside `_cpu` imports the compiled modules): the
     ISA, the FP32 micro-kernel, the aarch64 features (getauxval; [] elsewhere), the INT8 kernel
-    set and the KIME_QGEMM cap asked for, why BF16 cannot run (None: it can) and its kernels, and
-    whether the build has OpenMP. Raises what a broken build raises on import; the caller
-    reports it."""
+    set and the KIME_QGEMM cap asked for, why BF16 cannot run (None: it can) and its kernels,
+    whether the build has OpenMP, and the thread pool's spin in microseconds (None: the build
+    runs one thread). Raises what a broken build raises on import; the caller reports it."""
     from . import _bgemm, _forward, _gemm, _ops, _qgemm
 
     missing = bf16_missing()
@@ -78,7 +78,8 @@ def kernels_report() -> Dict[str, object]:
             "cpu_features": _gemm.cpu_features(), "int8_kernels": _qgemm.impl_name(),
             "kime_qgemm_env": os.environ.get("KIME_QGEMM"), "bf16_missing": missing,
             "bf16_kernels": _bgemm.KERNELS if missing is None else None,
-            "openmp": bool(_ops.has_openmp())}
+            "openmp": bool(_ops.has_openmp()),
+            "pool_spin_us": _forward.pool_spin_us() if _forward.pool_threaded() else None}
 
 
 def _closed(what: str) -> BackendError:

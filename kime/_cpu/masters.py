@@ -1,13 +1,12 @@
 """The threads that run compiled forward passes: a few per process, shared by every CPU backend.
 
-Why. libgomp gives each thread that opens a parallel region (a *master*) a pool of workers of
-its own, kept until that thread exits. Once the process holds more OpenMP threads than CPUs,
-libgomp cuts every worker's spin-wait from about 300,000 iterations to a hundred: between two
-kernels of a forward pass the workers then sleep in the kernel and wake through a futex, a
-hundred times per layer stack. Before this module each engine's scheduler thread was a master,
-so a second engine in the process (a Router's checkpoints, `bench --precision f32,int8`, a
-caller's own thread calling in) oversubscribed the pools for good: W1 on base went from 81 ms
-to 105 ms (INT8) and 241 ms to 266 ms (FP32) on a 2-core Zen 4, with no other load.
+Why. kime's thread pool (csrc/pool.c) gives each thread that calls a threaded kernel (a
+*master*) a team of workers of its own, kept until that thread exits, as libgomp did before it.
+Were every engine's scheduler thread a master, a second engine in the process (a Router's
+checkpoints, `bench --precision f32,int8`, a caller's own thread calling in) would hold more
+spinning workers than there are CPUs, and each forward pass would fight the other teams' spins
+for the cores. Under libgomp that cost W1 on base 81 -> 105 ms (INT8) and 241 -> 266 ms (FP32)
+on a 2-core Zen 4, with no other load.
 
 What. A forward pass with `threads > 1` runs on one of `max(1, cpus // threads)` process-wide
 master threads, so the masters and their workers never outnumber the CPUs; callers beyond that

@@ -31,7 +31,8 @@ CROSS = working("aarch64-linux-gnu-gcc")
 QEMU = working("qemu-aarch64-static")
 NATIVE = working("gcc") or working("cc")
 # forward.c (the norm) references the GEMMs, so the harness links every kernel source
-SOURCES = ["attention.c", "forward.c", "gemm.c", "qgemm.c", "qgemm_neon.c", "bgemm.c", "isa.c"]
+SOURCES = ["attention.c", "forward.c", "gemm.c", "qgemm.c", "qgemm_neon.c", "bgemm.c", "isa.c",
+           "pool.c"]
 
 pytestmark = [
     pytest.mark.slow,

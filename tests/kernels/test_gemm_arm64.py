@@ -44,7 +44,7 @@ LEVELS = ["portable", "neon", "dotprod", "i8mm", "bf16"]
 
 
 def _build(compiler: str, machine: str, out: Path, static: bool) -> Path:
-    build = build_program(compiler, machine, HARNESS, ["gemm.c", "isa.c"], out, static)
+    build = build_program(compiler, machine, HARNESS, ["gemm.c", "isa.c", "pool.c"], out, static)
     log, _ = build.communicate(timeout=600)
     assert build.returncode == 0, log.decode(errors="replace")[-3000:]
     return out

@@ -40,7 +40,8 @@ def harness(tmp_path_factory: pytest.TempPathFactory) -> Path:
     exe = tmp_path_factory.mktemp("arm64") / "harness"
     assert CC
     build = build_program(CC, "aarch64", ROOT / "tests" / "kernels" / "harness_arm64.c",
-                          ["qgemm.c", "qgemm_neon.c", "bgemm.c", "isa.c"], exe, static=True)
+                          ["qgemm.c", "qgemm_neon.c", "bgemm.c", "isa.c", "pool.c"], exe,
+                          static=True)
     log, _ = build.communicate(timeout=600)
     assert build.returncode == 0, log.decode(errors="replace")[-3000:]
     return exe

@@ -27,12 +27,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#define THREAD_ID() omp_get_thread_num()
-#else
-#define THREAD_ID() 0
-#endif
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define KIME_X86 1
@@ -41,6 +35,7 @@
 #define KIME_NEON 1
 #endif
 #include "kernels.h"
+#include "pool.h"
 
 /* Built with -ffp-contract=off (setup.py's CSRC_FLAGS): the plain C and NEON code rounds every
  * product as the x86-64 baseline does; and on aarch64 with -fno-schedule-insns, since GCC's
@@ -555,6 +550,49 @@ static void attend_block_masked(tile_fn tile, softmax_fn softmax, const float *q
     }
 }
 
+typedef struct {
+    tile_fn tile;
+    softmax_fn softmax;
+    const float *q, *qkv;
+    ptrdiff_t ldq, ld;
+    const int32_t *qcu, *cu, *pos, *opt;
+    int R, H, hd, half_window, ldo, chunk;
+    int64_t total;
+    float *out, *base;
+} attend_job;
+
+/* Items [task * chunk, ...) of the batch (row, then head, then block of QB queries). */
+static void attend_task(void *ctx, int task, int tid)
+{
+    const attend_job *j = (const attend_job *)ctx;
+    const int32_t *qcu = j->qcu, *cu = j->cu;
+    const int H = j->H, hd = j->hd;
+    const ptrdiff_t ld = j->ld, ldq = j->ldq;
+    float *scr = j->base + (size_t)tid * thread_floats(hd);
+    const int64_t it0 = (int64_t)task * j->chunk;
+    const int64_t it1 = it0 + j->chunk < j->total ? it0 + j->chunk : j->total;
+    int r = 0;
+    int64_t first = 0; /* items before row r */
+    for (int64_t it = it0; it < it1; it++) {
+        while (it >= first + row_items(qcu, r, H))
+            first += row_items(qcu, r++, H);
+        const int nq = qcu[r + 1] - qcu[r], blocks = (nq + QB - 1) / QB;
+        const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
+        const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
+        if (j->pos)
+            attend_block_masked(j->tile, j->softmax, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
+                                nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, ld,
+                                H, hd, cu[r + 1] - cu[r], h, i0, j->half_window, j->pos + cu[r],
+                                j->opt + cu[r], j->out + at * j->ldo + (ptrdiff_t)h * hd, j->ldo,
+                                scr);
+        else
+            attend_block(j->tile, j->softmax, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
+                         nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
+                         cu[r + 1] - cu[r], h, i0, j->half_window,
+                         j->out + at * j->ldo + (ptrdiff_t)h * hd, j->ldo, scr);
+    }
+}
+
 /* Row r's queries are q's rows qcu[r]..qcu[r+1] (ldq apart), its keys and values qkv's rows
  * cu[r]..cu[r+1]. With q == qkv and qcu == cu a query's position is its index in the row, which
  * the window reads, or pos[t] when pos and opt (per token of qkv) are given; otherwise
@@ -564,55 +602,28 @@ static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const
                         const int32_t *pos, const int32_t *opt, float *out, int ldo,
                         float *scratch, int nthreads)
 {
-    tile_fn tile = tile_c;
-    softmax_fn softmax = softmax_c;
+    attend_job j = {tile_c, softmax_c, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos, opt,
+                    R, H, hd, half_window, ldo, 1, 0, out,
+                    (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
 #ifdef KIME_X86
     const int isa = kime_isa_detect();
     if (isa == KIME_ISA_AVX512)
-        tile = tile_512, softmax = softmax_512;
+        j.tile = tile_512, j.softmax = softmax_512;
     else if (isa == KIME_ISA_AVX2)
-        tile = tile_256, softmax = softmax_256;
+        j.tile = tile_256, j.softmax = softmax_256;
 #elif defined(KIME_NEON)
     if (kime_isa_detect() >= KIME_ISA_NEON)
-        tile = tile_neon, softmax = softmax_neon;
+        j.tile = tile_neon, j.softmax = softmax_neon;
 #endif
-    const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;
-    (void)nthreads; /* read only by OpenMP */
-    float *base = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
-    int64_t total = 0;
     for (int r = 0; r < R; r++)
-        total += row_items(qcu, r, H);
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-#endif
-    {
-        float *scr = base + (size_t)THREAD_ID() * thread_floats(hd);
-        int r = 0;
-        int64_t first = 0; /* items before row r: a cursor, since a thread's items ascend */
-        /* Round-robin, so a batch's long rows (dearer items) spread over the threads. */
-#ifdef _OPENMP
-#pragma omp for schedule(static, 1)
-#endif
-        for (int64_t it = 0; it < total; it++) {
-            if (it < first)
-                r = 0, first = 0;
-            while (it >= first + row_items(qcu, r, H))
-                first += row_items(qcu, r++, H);
-            const int nq = qcu[r + 1] - qcu[r], blocks = (nq + QB - 1) / QB;
-            const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
-            const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
-            if (pos)
-                attend_block_masked(tile, softmax, q + at * ldq + (ptrdiff_t)h * hd, ldq,
-                                    nq - i0 < QB ? nq - i0 : QB, qkv + (ptrdiff_t)cu[r] * ld, ld,
-                                    H, hd, cu[r + 1] - cu[r], h, i0, half_window, pos + cu[r],
-                                    opt + cu[r], out + at * ldo + (ptrdiff_t)h * hd, ldo, scr);
-            else
-                attend_block(tile, softmax, q + at * ldq + (ptrdiff_t)h * hd, ldq,
-                             nq - i0 < QB ? nq - i0 : QB, qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
-                             cu[r + 1] - cu[r], h, i0, half_window,
-                             out + at * ldo + (ptrdiff_t)h * hd, ldo, scr);
-        }
-    }
+        j.total += row_items(qcu, r, H);
+    if (j.total == 0)
+        return;
+    /* About 8 tasks per thread, so the threads that have their cores take a late one's share. */
+    j.chunk = (int)((j.total + 8 * nthreads - 1) / (8 * nthreads));
+    if (j.chunk < 1)
+        j.chunk = 1;
+    kime_parallel(nthreads, (int)((j.total + j.chunk - 1) / j.chunk), attend_task, &j);
 }
 
 void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
@@ -649,34 +660,42 @@ static inline void rope_token(float *x, int H, int hd, const float *c,
         }
 }
 
+typedef struct {
+    float *qkv;
+    const int32_t *cu, *pos;
+    const float *cos_table, *sin_table;
+    int R, H, hd, chunk;
+} rope_job;
+
+static void rope_task(void *ctx, int task, int tid)
+{
+    const rope_job *j = (const rope_job *)ctx;
+    const ptrdiff_t ld = (ptrdiff_t)3 * j->H * j->hd;
+    const int half = j->hd / 2, t0 = j->cu[0] + task * j->chunk;
+    const int t1 = t0 + j->chunk < j->cu[j->R] ? t0 + j->chunk : j->cu[j->R];
+    (void)tid;
+    for (int t = t0, r = 0; t < t1; t++) {
+        /* a token's position is its own id, else its place in its row */
+        int p;
+        if (j->pos) {
+            p = j->pos[t];
+        } else {
+            r = row_of(j->cu, t, r);
+            p = t - j->cu[r];
+        }
+        rope_token(j->qkv + (ptrdiff_t)t * ld, j->H, j->hd, j->cos_table + (ptrdiff_t)p * half,
+                   j->sin_table + (ptrdiff_t)p * half);
+    }
+}
+
 void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
                const float *cos_table, const float *sin_table, const int32_t *pos,
                int nthreads)
 {
-    (void)T, (void)nthreads; /* the rows cover tokens cu[0]..cu[R]; OpenMP reads nthreads */
-    const ptrdiff_t ld = (ptrdiff_t)3 * H * hd;
-    const int half = hd / 2;
-    if (pos) { /* a token's position is its own id: no row lookup */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads) if (nthreads > 1)
-#endif
-        for (int t = cu[0]; t < cu[R]; t++)
-            rope_token(qkv + (ptrdiff_t)t * ld, H, hd, cos_table + (ptrdiff_t)pos[t] * half,
-                       sin_table + (ptrdiff_t)pos[t] * half);
+    (void)T; /* the rows cover tokens cu[0]..cu[R] */
+    const int n = cu[R] - cu[0];
+    if (n <= 0)
         return;
-    }
-#ifdef _OPENMP
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-#endif
-    {
-        int r = 0;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-        for (int t = cu[0]; t < cu[R]; t++) {
-            r = row_of(cu, t, r);
-            rope_token(qkv + (ptrdiff_t)t * ld, H, hd, cos_table + (ptrdiff_t)(t - cu[r]) * half,
-                       sin_table + (ptrdiff_t)(t - cu[r]) * half);
-        }
-    }
+    rope_job j = {qkv, cu, pos, cos_table, sin_table, R, H, hd, kime_chunk(n, nthreads, 4, 8)};
+    kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, rope_task, &j);
 }

@@ -26,9 +26,6 @@
 #include "bgemm.h"
 #include "team.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* The avx512bf16 target and its intrinsics arrived in GCC 10 and clang 9; older compilers build
  * the rest, and kime_bgemm_missing answers "build". */
@@ -285,36 +282,36 @@ typedef struct {
     char *scratch;
 } bjob;
 
-static void run(const bjob *j, int t, int nt)
+/* Thread t's share of scratch: its accumulator tile, one row's words, then its A block. */
+static char *bthread_base(const bjob *j, int t)
 {
-    const int K = j->K, mc = bblock_rows(K);
-    const size_t K2 = kw_of(K); /* words per packed row */
-    /* rows or output panels per thread, and whether the team packs A together (team.h) */
-    const kime_share sh = kime_share_of(j->M, BMR, j->npanels, t, nt);
-    if (!sh.shared && sh.p0 >= sh.p1)
-        return;
-    char *base = j->scratch + (size_t)t * bthread_bytes(K);
-    float *acc = (float *)base;
-    uint32_t *row = (uint32_t *)(base + BMAX_TILE * sizeof(float));
-    char *block_base = sh.shared ? j->scratch : base; /* the block is thread 0's when shared */
-    uint32_t *ap = (uint32_t *)(block_base + BMAX_TILE * sizeof(float) + row_bytes(K));
-    for (int m0 = sh.r0; m0 < sh.r1; m0 += mc) {
-        const int mb = sh.r1 - m0 < mc ? sh.r1 - m0 : mc;
-        int t0, t1;
-        kime_share_block(&sh, (mb + BMR - 1) / BMR, m0 > sh.r0, t, nt, &t0, &t1);
-        for (int i = t0 * BMR; i < t1 * BMR && i < mb; i += BMR)
-            pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < BMR ? mb - i : BMR, K, row,
-                   ap + (size_t)i * K2);
-        kime_share_packed(&sh);
-        for (int p = sh.p0; p < sh.p1; p++) {
-            const uint32_t *b = j->panels + (size_t)p * K2 * BNR;
-            const int n0 = p * j->width;
-            const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
-            for (int i = 0; i < mb; i += BMR) {
-                const int m = mb - i < BMR ? mb - i : BMR;
-                kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
-                store_tile(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
-            }
+    return j->scratch + (size_t)t * bthread_bytes(j->K);
+}
+
+static void bpack_tile(const void *p, int tid, int owner, int m0, int i, int m)
+{
+    const bjob *j = (const bjob *)p;
+    uint32_t *row = (uint32_t *)(bthread_base(j, tid) + BMAX_TILE * sizeof(float));
+    uint32_t *ap = (uint32_t *)(bthread_base(j, owner) + BMAX_TILE * sizeof(float) +
+                                row_bytes(j->K));
+    pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K, row, ap + (size_t)i * kw_of(j->K));
+}
+
+static void brun_panels(const void *p, int tid, int owner, int m0, int mb, int p0, int p1)
+{
+    const bjob *j = (const bjob *)p;
+    const size_t K2 = kw_of(j->K); /* words per packed row */
+    float *acc = (float *)bthread_base(j, tid);
+    const uint32_t *ap = (const uint32_t *)(bthread_base(j, owner) + BMAX_TILE * sizeof(float) +
+                                            row_bytes(j->K));
+    for (int q = p0; q < p1; q++) {
+        const uint32_t *b = j->panels + (size_t)q * K2 * BNR;
+        const int n0 = q * j->width;
+        const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
+        for (int i = 0; i < mb; i += BMR) {
+            const int m = mb - i < BMR ? mb - i : BMR;
+            kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
+            store_tile(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
         }
     }
 }
@@ -332,17 +329,10 @@ void kime_bgemm(const float *A, int lda, int M, int K, int N, const void *packed
               (int)bpanels(N, geglu),
               {bias, geglu && bias ? bias + N / 2 : NULL, C, ldc, epilogue_kind},
               (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
-#ifdef _OPENMP
-    if (nthreads > 1) {
-#pragma omp parallel num_threads(nthreads)
-        run(&j, omp_get_thread_num(), omp_get_num_threads());
-        return;
-    }
-#endif
-    run(&j, 0, 1);
+    const kime_gemm_plan plan = {&j, M, BMR, bblock_rows(K), j.npanels, bpack_tile, brun_panels};
+    kime_gemm_drive(&plan, nthreads);
 #else
     (void)A, (void)lda, (void)M, (void)K, (void)N, (void)packed, (void)bias;
-    (void)epilogue_kind, (void)C, (void)ldc, (void)scratch;
+    (void)epilogue_kind, (void)C, (void)ldc, (void)scratch, (void)nthreads;
 #endif
-    (void)nthreads;
 }

@@ -20,6 +20,7 @@
 #include "bgemm.h"
 #include "forward.h"
 #include "kernels.h"
+#include "pool.h"
 #include "qgemm.h"
 
 #define HEAD_EPS 1e-5f /* graph.HEAD_NORM_EPS: the decision head's and the scorer's norms */
@@ -194,35 +195,63 @@ static norm_fn norm_for_isa(void) {
     return norm_row;
 }
 
+typedef struct {
+    norm_fn row;
+    const float *x, *w, *b;
+    float *y;
+    int n, d, chunk;
+    float eps;
+} norm_job;
+
+static void norm_task(void *ctx, int task, int tid)
+{
+    const norm_job *j = (const norm_job *)ctx;
+    const int t1 = (task + 1) * j->chunk < j->n ? (task + 1) * j->chunk : j->n;
+    (void)tid;
+    for (int t = task * j->chunk; t < t1; t++)
+        j->row(j->x + (size_t)t * j->d, j->y + (size_t)t * j->d, j->d, j->w, j->b, j->eps);
+}
+
 void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
                      const float *b, float eps, int nthreads) {
-    const norm_fn row = norm_for_isa();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-#endif
-    for (int t = 0; t < n; t++) row(x + (size_t)t * d, y + (size_t)t * d, d, w, b, eps);
-    (void)nthreads;
+    if (n <= 0) return;
+    norm_job j = {norm_for_isa(), x, w, b, y, n, d, kime_chunk(n, nthreads, 4, 4), eps};
+    kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, norm_task, &j);
 }
 
 /* Embedding gather, FP16 -> FP32, then the embedding LayerNorm. */
+typedef struct {
+    const kime_model *m;
+    const int32_t *ids;
+    float *x, *tmp;
+    norm_fn norm;
+    int n, chunk;
+} embed_job;
+
+static void embed_task(void *ctx, int task, int tid)
+{
+    const embed_job *j = (const embed_job *)ctx;
+    const int d = j->m->d, t1 = (task + 1) * j->chunk < j->n ? (task + 1) * j->chunk : j->n;
+    (void)tid;
+    for (int t = task * j->chunk; t < t1; t++) {
+        const uint16_t *src = j->m->tok_emb + (size_t)j->ids[t] * d;
+        float *row = j->tmp + (size_t)t * d;
+        for (int i = 0; i < d; i++) row[i] = half_to_float(src[i]);
+        j->norm(row, j->x + (size_t)t * d, d, j->m->emb_norm_w, j->m->emb_norm_b,
+                j->m->norm_eps);
+    }
+}
+
 static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
                   float *tmp, int nthreads) {
-    int d = m->d;
 #ifdef KIME_NEON
     const norm_fn norm = norm_for_isa(); /* kime_layer_norm's, as the other norms */
 #else
     const norm_fn norm = norm_row; /* x86 as before (every variant gives its bits) */
 #endif
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-#endif
-    for (int t = 0; t < n; t++) {
-        const uint16_t *src = m->tok_emb + (size_t)ids[t] * d;
-        float *row = tmp + (size_t)t * d;
-        for (int i = 0; i < d; i++) row[i] = half_to_float(src[i]);
-        norm(row, x + (size_t)t * d, d, m->emb_norm_w, m->emb_norm_b, m->norm_eps);
-    }
-    (void)nthreads;
+    if (n <= 0) return;
+    embed_job j = {m, ids, x, tmp, norm, n, kime_chunk(n, nthreads, 4, 4)};
+    kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, embed_task, &j);
 }
 
 /* An encoder or decision-head linear layer: INT8 or BF16 when the model is, FP32 otherwise. */
@@ -378,28 +407,35 @@ static void encode(const kime_model *m, const kime_arena *a, const int32_t *ids,
 }
 
 #define POOL_COLS 64
+typedef struct {
+    const float *x;
+    const int32_t *cu;
+    float *out;
+    int d, chunks;
+} pool_job;
+
+static void mean_pool_task(void *ctx, int job, int tid)
+{
+    const pool_job *j = (const pool_job *)ctx;
+    const int d = j->d, r = job / j->chunks, c0 = (job % j->chunks) * POOL_COLS;
+    const int width = d - c0 < POOL_COLS ? d - c0 : POOL_COLS;
+    (void)tid;
+    double acc[POOL_COLS];
+    for (int i = 0; i < width; i++) acc[i] = 0.0;
+    for (int t = j->cu[r]; t < j->cu[r + 1]; t++) {
+        const float *row = j->x + (size_t)t * d + c0;
+        for (int i = 0; i < width; i++) acc[i] += row[i];
+    }
+    const int len = j->cu[r + 1] - j->cu[r];
+    const double count = len > 0 ? (double)len : 1.0; /* Laya clamps the count at 1 */
+    float *dst = j->out + (size_t)r * d + c0;
+    for (int i = 0; i < width; i++) dst[i] = (float)(acc[i] / count);
+}
+
 void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out,
                     int nthreads) {
-    const int chunks = (d + POOL_COLS - 1) / POOL_COLS;
-    const long jobs = (long)rows * chunks;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-#endif
-    for (long job = 0; job < jobs; job++) {
-        const int r = (int)(job / chunks), c0 = (int)(job % chunks) * POOL_COLS;
-        const int width = d - c0 < POOL_COLS ? d - c0 : POOL_COLS;
-        double acc[POOL_COLS];
-        for (int i = 0; i < width; i++) acc[i] = 0.0;
-        for (int t = cu[r]; t < cu[r + 1]; t++) {
-            const float *row = x + (size_t)t * d + c0;
-            for (int i = 0; i < width; i++) acc[i] += row[i];
-        }
-        const int len = cu[r + 1] - cu[r];
-        const double count = len > 0 ? (double)len : 1.0; /* Laya clamps the count at 1 */
-        float *dst = out + (size_t)r * d + c0;
-        for (int i = 0; i < width; i++) dst[i] = (float)(acc[i] / count);
-    }
-    (void)nthreads;
+    pool_job j = {x, cu, out, d, (d + POOL_COLS - 1) / POOL_COLS};
+    kime_parallel(nthreads, rows * j.chunks, mean_pool_task, &j);
 }
 
 int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, const int32_t *cu,
@@ -409,6 +445,39 @@ int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, con
     encode(m, a, ids, cu, rows, NULL, NULL, nthreads);
     kime_mean_pool(a->x, cu, rows, m->d, pooled, nthreads);
     return 0;
+}
+
+/* x's tokens += their row's question-type embedding (type_emb[qtype[r]]), a chunk of tokens
+ * per task. */
+typedef struct {
+    const kime_model *m;
+    float *x;
+    const int32_t *cu, *qtype;
+    int rows, chunk;
+} types_job;
+
+static void types_task(void *ctx, int task, int tid)
+{
+    const types_job *j = (const types_job *)ctx;
+    const int d = j->m->d, n = j->cu[j->rows], t0 = task * j->chunk;
+    const int t1 = t0 + j->chunk < n ? t0 + j->chunk : n;
+    (void)tid;
+    int r = 0;
+    while (t0 >= j->cu[r + 1]) r++;
+    for (int t = t0; t < t1; t++) {
+        while (t >= j->cu[r + 1]) r++;
+        const float *type = j->m->type_emb + (size_t)j->qtype[r] * d;
+        float *row = j->x + (size_t)t * d;
+        for (int i = 0; i < d; i++) row[i] += type[i];
+    }
+}
+
+static void add_types(const kime_model *m, float *x, const int32_t *cu, int rows,
+                      const int32_t *qtype, int nthreads) {
+    const int n = cu[rows];
+    if (n <= 0) return;
+    types_job j = {m, x, cu, qtype, rows, kime_chunk(n, nthreads, 4, 8)};
+    kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, types_task, &j);
 }
 
 /* The scorer's dot product rounds each product, as on x86 (no contraction in this file). */
@@ -423,16 +492,7 @@ int kime_forward(const kime_model *m, const kime_arena *a, const int32_t *ids,
     if (rc != 0) return rc;
     encode(m, a, ids, cu, rows, pos, opt, nthreads);
 
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(nthreads)
-#endif
-    for (int r = 0; r < rows; r++) {
-        const float *type = m->type_emb + (size_t)qtype[r] * d;
-        for (int t = cu[r]; t < cu[r + 1]; t++) {
-            float *row = a->x + (size_t)t * d;
-            for (int i = 0; i < d; i++) row[i] += type[i];
-        }
-    }
+    add_types(m, a->x, cu, rows, qtype, nthreads);
     /* After the head, the scorer and the act head read each row's markers and first token of
      * the hidden state F: row r's first token is F's row first[r], its marker j (of mcu[r]..) the
      * row first[r] + 1 + j - mcu[r] when the last layer kept only those rows, else cu[r] +

@@ -30,10 +30,6 @@
 #include "kernels.h"
 #include "team.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define KIME_X86 1
 #include <immintrin.h>
@@ -374,33 +370,35 @@ typedef struct {
     float *scratch;
 } job;
 
-static void run(const job *j, int t, int nt)
+/* Thread t's share of scratch: its accumulator tile, then its A block. */
+static float *thread_base(const job *j, int t)
 {
+    return j->scratch + (size_t)t * thread_floats(j->im, j->K);
+}
+
+static void pack_tile(const void *p, int tid, int owner, int m0, int i, int m)
+{
+    const job *j = (const job *)p;
+    (void)tid;
+    pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K, j->im->mr,
+           thread_base(j, owner) + MAX_TILE + (size_t)i * j->K);
+}
+
+static void run_panels(const void *p, int tid, int owner, int m0, int mb, int p0, int p1)
+{
+    const job *j = (const job *)p;
     const gemm_impl *im = j->im;
-    const int mr = im->mr, K = j->K, mc = block_rows(im, K);
-    /* rows or output panels per thread, and whether the team packs A together (team.h) */
-    const kime_share sh = kime_share_of(j->M, mr, j->npanels, t, nt);
-    float *acc = j->scratch + (size_t)t * thread_floats(im, K);
-    float *ap = (sh.shared ? j->scratch : acc) + MAX_TILE;
-    if (!sh.shared && sh.p0 >= sh.p1)
-        return;
-    for (int m0 = sh.r0; m0 < sh.r1; m0 += mc) {
-        const int mb = sh.r1 - m0 < mc ? sh.r1 - m0 : mc;
-        int t0, t1;
-        kime_share_block(&sh, (mb + mr - 1) / mr, m0 > sh.r0, t, nt, &t0, &t1);
-        for (int i = t0 * mr; i < t1 * mr && i < mb; i += mr)
-            pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K, mr,
-                   ap + (size_t)i * K);
-        kime_share_packed(&sh);
-        for (int p = sh.p0; p < sh.p1; p++) {
-            const float *b = j->packed + (size_t)p * K * im->nr;
-            const int n0 = p * j->width;
-            const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
-            for (int i = 0; i < mb; i += mr) {
-                const int m = mb - i < mr ? mb - i : mr;
-                im->kernel(m, K, ap + (size_t)i * K, b, acc);
-                im->store(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
-            }
+    const int mr = im->mr, K = j->K;
+    float *acc = thread_base(j, tid);
+    const float *ap = thread_base(j, owner) + MAX_TILE;
+    for (int q = p0; q < p1; q++) {
+        const float *b = j->packed + (size_t)q * K * im->nr;
+        const int n0 = q * j->width;
+        const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
+        for (int i = 0; i < mb; i += mr) {
+            const int m = mb - i < mr ? mb - i : mr;
+            im->kernel(m, K, ap + (size_t)i * K, b, acc);
+            im->store(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
         }
     }
 }
@@ -417,14 +415,7 @@ void kime_gemm(int isa, const float *A, int lda, int M, int K, int N, const floa
              (int)panels(im, N, geglu),
              {bias, geglu && bias ? bias + N / 2 : NULL, C, ldc, epilogue_kind},
              (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
-#ifdef _OPENMP
-    if (nthreads > 1) {
-#pragma omp parallel num_threads(nthreads)
-        run(&j, omp_get_thread_num(), omp_get_num_threads());
-        return;
-    }
-#else
-    (void)nthreads;
-#endif
-    run(&j, 0, 1);
+    const kime_gemm_plan plan = {&j, M, im->mr, block_rows(im, K), j.npanels, pack_tile,
+                                 run_panels};
+    kime_gemm_drive(&plan, nthreads);
 }

@@ -36,9 +36,6 @@
 #include "qgemm.h"
 #include "team.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
 #define KQ_X86 1
@@ -745,61 +742,52 @@ static char *qthread_base(const qjob *j, int t, char **rowq, uint8_t **ap, float
     return base;
 }
 
-static void qrun(const qjob *j, int t, int nt)
+static void qpack_tile(const void *p, int tid, int owner, int m0, int i, int m)
 {
-    const qimpl *im = j->im;
-    const int mr = im->mr, K = j->K, mc = qblock_rows(im, K), K4 = (int)kq_of(im, K);
-    const size_t pb = panel_bytes(im, K);
-    /* rows or output panels per thread, and whether the team quantizes A together (team.h) */
-    const kime_share sh = kime_share_of(j->M, mr, j->npanels, t, nt);
-    char *rowq, *rowq0;
+    const qjob *j = (const qjob *)p;
+    char *rowq, *unused;
     uint8_t *ap;
     float *sa;
-    int32_t *acc = (int32_t *)qthread_base(j, t, &rowq, &ap, &sa);
-    if (sh.shared) /* the block and its row scales are thread 0's; the row scratch stays ours */
-        qthread_base(j, 0, &rowq0, &ap, &sa);
-    else if (sh.p0 >= sh.p1)
-        return;
-    for (int m0 = sh.r0; m0 < sh.r1; m0 += mc) {
-        const int mb = sh.r1 - m0 < mc ? sh.r1 - m0 : mc;
-        int t0, t1;
-        kime_share_block(&sh, (mb + mr - 1) / mr, m0 > sh.r0, t, nt, &t0, &t1);
-        for (int i = t0 * mr; i < t1 * mr && i < mb; i += mr)
-            qpack_a(im, j->A + (size_t)(m0 + i) * j->lda, j->lda, mb - i < mr ? mb - i : mr, K,
-                    (int8_t *)rowq, ap + (size_t)i * K4 * 4, sa + i);
-        kime_share_packed(&sh);
-        for (int p = sh.p0; p < sh.p1; p++) {
-            const int8_t *b = j->panels + (size_t)p * pb;
-            const float *sw = j->sw + (size_t)p * im->nr;
-            const int32_t *comp = j->comp + (size_t)p * im->nr;
-            const int n0 = p * j->width;
-            const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
-            for (int i = 0; i < mb; i += mr) {
-                const int m = mb - i < mr ? mb - i : mr;
-                im->kernel(m, K4, ap + (size_t)i * K4 * 4, b, acc);
-                if (j->C32)
-                    store_int32(j, acc, m, n0, nv, comp,
-                                j->C32 + (size_t)(m0 + i) * j->e.ldc);
-                else
-                    im->store(acc, m, n0, nv, &j->e, sa + i, sw, comp,
-                              j->C + (size_t)(m0 + i) * j->e.ldc);
-            }
+    qthread_base(j, tid, &rowq, &ap, &sa); /* the row scratch is ours; the block the owner's */
+    qthread_base(j, owner, &unused, &ap, &sa);
+    qpack_a(j->im, j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K, (int8_t *)rowq,
+            ap + (size_t)i * kq_of(j->im, j->K) * 4, sa + i);
+}
+
+static void qrun_panels(const void *p, int tid, int owner, int m0, int mb, int p0, int p1)
+{
+    const qjob *j = (const qjob *)p;
+    const qimpl *im = j->im;
+    const int mr = im->mr, K4 = (int)kq_of(im, j->K);
+    const size_t pb = panel_bytes(im, j->K);
+    char *rowq;
+    uint8_t *ap;
+    float *sa;
+    int32_t *acc = (int32_t *)qthread_base(j, tid, &rowq, &ap, &sa);
+    qthread_base(j, owner, &rowq, &ap, &sa);
+    for (int q = p0; q < p1; q++) {
+        const int8_t *b = j->panels + (size_t)q * pb;
+        const float *sw = j->sw + (size_t)q * im->nr;
+        const int32_t *comp = j->comp + (size_t)q * im->nr;
+        const int n0 = q * j->width;
+        const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
+        for (int i = 0; i < mb; i += mr) {
+            const int m = mb - i < mr ? mb - i : mr;
+            im->kernel(m, K4, ap + (size_t)i * K4 * 4, b, acc);
+            if (j->C32)
+                store_int32(j, acc, m, n0, nv, comp, j->C32 + (size_t)(m0 + i) * j->e.ldc);
+            else
+                im->store(acc, m, n0, nv, &j->e, sa + i, sw, comp,
+                          j->C + (size_t)(m0 + i) * j->e.ldc);
         }
     }
 }
 
 static void qlaunch(qjob *j, int nthreads)
 {
-#ifdef _OPENMP
-    if (nthreads > 1) {
-#pragma omp parallel num_threads(nthreads)
-        qrun(j, omp_get_thread_num(), omp_get_num_threads());
-        return;
-    }
-#else
-    (void)nthreads;
-#endif
-    qrun(j, 0, 1);
+    const kime_gemm_plan plan = {j, j->M, j->im->mr, qblock_rows(j->im, j->K), j->npanels,
+                                 qpack_tile, qrun_panels};
+    kime_gemm_drive(&plan, nthreads);
 }
 
 static void qjob_init(qjob *j, int isa, const float *A, int lda, int M, int K, int N,

@@ -1,63 +1,83 @@
-/* How the GEMM drivers (gemm.c, qgemm.c, bgemm.c) share one call among a team of nt threads.
+/* How the GEMM drivers (gemm.c, qgemm.c, bgemm.c) cut one call into tasks of kime's pool.
  *
- * Enough tiles (16 per thread): each thread takes a range of rows, whole tiles, and packs its own
- * A. Fewer (a short request): each thread takes a range of output panels, so it streams its
- * share of the weights; every thread then needs all of A, so the team packs each block of A
- * together into thread 0's block, a share of its tiles each, and meets at a barrier once the
- * block is packed and again before the next block overwrites it. A row's packed bytes do not
- * depend on which thread packs them, so the bits do not change.
+ * Enough tiles (16 per thread): a task is a chunk of rows, whole tiles, that its thread packs
+ * into its own A block and runs against every panel. Fewer (a short request): every panel needs
+ * all of A, so the threads first pack each block of A together into thread 0's block, a tile per
+ * task, and then run it against the panels, a panel per task, so each streams the weights it
+ * claims. A late thread finds the tasks taken; nobody waits for it at a barrier. A row's packed
+ * bytes and a tile's sums do not depend on which thread computes them, so the bits do not change.
  */
 #ifndef KIME_TEAM_H
 #define KIME_TEAM_H
 
+#include "pool.h"
+
 typedef struct {
-    int r0, r1, p0, p1; /* this thread's rows and output panels */
-    int shared;         /* the team packs A together into thread 0's block */
-} kime_share;
+    const void *job; /* the driver's own */
+    int M, mr, mc, npanels;
+    /* Pack rows [m0 + i, m0 + i + m) (m <= mr) at row i of thread `owner`'s A block, with
+     * thread tid's row scratch. */
+    void (*pack)(const void *job, int tid, int owner, int m0, int i, int m);
+    /* Run panels [p0, p1) over rows [m0, m0 + mb) of thread `owner`'s A block, with thread
+     * tid's accumulator tile. */
+    void (*run)(const void *job, int tid, int owner, int m0, int mb, int p0, int p1);
+} kime_gemm_plan;
 
-/* Row r_t of an even split of M rows over nt threads, rounded to a whole tile of mr. */
-static inline int kime_split_rows(int M, int mr, int t, int nt)
+typedef struct {
+    const kime_gemm_plan *plan;
+    int m0, mb, chunk;
+} kime_gemm_step;
+
+static void kime_gemm_pack_task(void *ctx, int task, int tid)
 {
-    if (t >= nt)
-        return M;
-    long r = ((long)M * t / nt + mr / 2) / mr * mr;
-    return r < M ? (int)r : M;
+    const kime_gemm_step *s = (const kime_gemm_step *)ctx;
+    const int mr = s->plan->mr, i = task * mr;
+    s->plan->pack(s->plan->job, tid, 0, s->m0, i, s->mb - i < mr ? s->mb - i : mr);
 }
 
-static inline kime_share kime_share_of(int M, int mr, int npanels, int t, int nt)
+static void kime_gemm_panel_task(void *ctx, int task, int tid)
 {
-    kime_share s = {0, M, 0, npanels, nt > 1 && (M + mr - 1) / mr < 16 * nt};
-    if (nt > 1 && !s.shared) {
-        s.r0 = kime_split_rows(M, mr, t, nt);
-        s.r1 = kime_split_rows(M, mr, t + 1, nt);
-    } else {
-        s.p0 = (int)((long)npanels * t / nt);
-        s.p1 = (int)((long)npanels * (t + 1) / nt);
+    const kime_gemm_step *s = (const kime_gemm_step *)ctx;
+    s->plan->run(s->plan->job, tid, 0, s->m0, s->mb, task, task + 1);
+}
+
+/* Rows [m0, m0 + mb) of A, packed and run against every panel by one thread, in blocks of mc. */
+static void kime_gemm_rows(const kime_gemm_plan *p, int tid, int r0, int r1)
+{
+    for (int m0 = r0; m0 < r1; m0 += p->mc) {
+        const int mb = r1 - m0 < p->mc ? r1 - m0 : p->mc;
+        for (int i = 0; i < mb; i += p->mr)
+            p->pack(p->job, tid, tid, m0, i, mb - i < p->mr ? mb - i : p->mr);
+        p->run(p->job, tid, tid, m0, mb, 0, p->npanels);
     }
-    return s;
 }
 
-/* The tiles [*t0, *t1) of a block of `tiles` this thread packs: a share when shared, else all.
- * When shared, the team first waits until it is done with the previous block (not_first). */
-static inline void kime_share_block(const kime_share *s, int tiles, int not_first, int t, int nt,
-                                    int *t0, int *t1)
+static void kime_gemm_chunk_task(void *ctx, int task, int tid)
 {
-    *t0 = s->shared ? tiles * t / nt : 0;
-    *t1 = s->shared ? tiles * (t + 1) / nt : tiles;
-    if (s->shared && not_first) {
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
+    const kime_gemm_step *s = (const kime_gemm_step *)ctx;
+    const int r0 = task * s->chunk, r1 = r0 + s->chunk;
+    kime_gemm_rows(s->plan, tid, r0, r1 < s->plan->M ? r1 : s->plan->M);
+}
+
+static inline void kime_gemm_drive(const kime_gemm_plan *p, int nthreads)
+{
+    const int tiles = (p->M + p->mr - 1) / p->mr;
+    if (nthreads <= 1 || !kime_pool_threaded()) {
+        kime_gemm_rows(p, 0, 0, p->M);
+        return;
     }
-}
-
-/* After packing: when shared, wait until every tile of the block is packed. */
-static inline void kime_share_packed(const kime_share *s)
-{
-    if (s->shared) {
-#ifdef _OPENMP
-#pragma omp barrier
-#endif
+    kime_gemm_step s = {p, 0, 0, 0};
+    if (tiles >= 16 * nthreads) {
+        /* about 4 chunks per thread, each at most a block */
+        int chunk = kime_chunk(tiles, nthreads, 4, 1) * p->mr;
+        s.chunk = chunk < p->mc ? chunk : p->mc;
+        kime_parallel(nthreads, (p->M + s.chunk - 1) / s.chunk, kime_gemm_chunk_task, &s);
+        return;
+    }
+    for (s.m0 = 0; s.m0 < p->M; s.m0 += p->mc) {
+        s.mb = p->M - s.m0 < p->mc ? p->M - s.m0 : p->mc;
+        kime_parallel(nthreads, (s.mb + p->mr - 1) / p->mr, kime_gemm_pack_task, &s);
+        kime_parallel(nthreads, p->npanels, kime_gemm_panel_task, &s);
     }
 }
 
