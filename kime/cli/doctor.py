@@ -99,6 +99,9 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
     lines += [("int8 kernels", int8),
               ("bf16 kernels", bf16),
               ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
+              ("thread pool", "one thread" if cpu.get("pool_spin_us") is None else
+               "tasks claimed; an idle worker spins %d us, then sleeps (KIME_SPIN_US)"
+               % cpu["pool_spin_us"]),
               ("threads (threads=0)", "%d: %s" % (cpu["threads"], cpu["threads_why"])),
               ("cpu backend", cpu["backend"])]
     why = " (%s)" % gpu["error"] if "error" in gpu else ""
