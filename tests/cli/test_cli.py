@@ -63,6 +63,8 @@ def test_doctor_json(capsys, monkeypatch, tmp_path):
     assert report["cpu"]["fp32_kernels"].split()[0] in ("portable", "avx2", "avx512", "neon")
     assert report["cpu"]["cpu_features"] == _gemm.cpu_features()
     assert isinstance(report["cpu"]["openmp"], bool)
+    assert report["cpu"]["pool_spin_us"] == (_forward.pool_spin_us() if _forward.pool_threaded()
+                                             else None)
     assert report["cpu"]["threads"] >= 1
     for name in ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl"):
         assert report["packages"][name]
