@@ -445,10 +445,118 @@ static int64_t row_items(const int32_t *cu, int r, int H)
     return (int64_t)H * ((cu[r + 1] - cu[r] + QB - 1) / QB);
 }
 
+/* ---- a block's queries in, its results out ------------------------------------------------ */
+
+#ifdef KIME_X86
+/* r[0..8) as the rows of an 8 x 8 matrix, transposed in place. */
+__attribute__((target("avx2"), always_inline)) static inline void transpose8(__m256 *r)
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20), r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20), r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31), r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31), r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* queries_in's 8 x 8 blocks of whole queries and dims; returns the queries it did. A product is
+ * the same one rounding as the scalar loop's, so the bits do not change. */
+__attribute__((target("avx2"))) static int queries_in_256(const float *q, ptrdiff_t ldq, int qn,
+                                                          int hd, float scale, float *qt)
+{
+    const __m256 sc = _mm256_set1_ps(scale);
+    const int hd8 = hd / 8 * 8;
+    int i0 = 0;
+    for (; i0 + 8 <= qn; i0 += 8) {
+        for (int d0 = 0; d0 < hd8; d0 += 8) {
+            __m256 r[8];
+            for (int k = 0; k < 8; k++)
+                r[k] = _mm256_loadu_ps(q + (i0 + k) * ldq + d0);
+            transpose8(r);
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_ps(qt + (size_t)(d0 + k) * QB + i0, _mm256_mul_ps(r[k], sc));
+        }
+        for (int i = i0; i < i0 + 8; i++)
+            for (int d = hd8; d < hd; d++)
+                qt[d * QB + i] = q[i * ldq + d] * scale;
+    }
+    return i0;
+}
+
+/* results_out's 8 x 8 blocks: query i's dims times 1 / l[i], one rounding each, as the scalar
+ * loop's. Returns the queries it did. */
+__attribute__((target("avx2"))) static int results_out_256(const float *ot, const float *l, int qn,
+                                                           int hd, float *out, int ldo)
+{
+    const int hd8 = hd / 8 * 8;
+    int i0 = 0;
+    for (; i0 + 8 <= qn; i0 += 8) {
+        float inv[8];
+        for (int k = 0; k < 8; k++)
+            inv[k] = 1.0f / l[i0 + k];
+        for (int d0 = 0; d0 < hd8; d0 += 8) {
+            __m256 r[8];
+            for (int k = 0; k < 8; k++)
+                r[k] = _mm256_loadu_ps(ot + (size_t)(d0 + k) * QB + i0);
+            transpose8(r);
+            for (int k = 0; k < 8; k++)
+                _mm256_storeu_ps(out + (ptrdiff_t)(i0 + k) * ldo + d0,
+                                 _mm256_mul_ps(r[k], _mm256_set1_ps(inv[k])));
+        }
+        for (int k = 0; k < 8; k++)
+            for (int d = hd8; d < hd; d++)
+                out[(ptrdiff_t)(i0 + k) * ldo + d] = ot[d * QB + i0 + k] * inv[k];
+    }
+    return i0;
+}
+#endif
+
+/* qt[d][i] = q's query i, dim d, times scale: the block's queries as lanes (padded lanes 0, so
+ * they score 0 and are never written out). */
+static void queries_in(int vec, const float *q, ptrdiff_t ldq, int qn, int hd, float scale,
+                       float *qt)
+{
+    int done = 0;
+#ifdef KIME_X86
+    if (vec)
+        done = queries_in_256(q, ldq, qn, hd, scale, qt);
+#else
+    (void)vec;
+#endif
+    for (int i = done; i < QB; i++)
+        for (int d = 0; d < hd; d++)
+            qt[d * QB + i] = i < qn ? q[i * ldq + d] * scale : 0.0f;
+}
+
+/* out's row i = ot's lane i / l[i] for the block's real queries. */
+static void results_out(int vec, const float *ot, const float *l, int qn, int hd, float *out,
+                        int ldo)
+{
+    int done = 0;
+#ifdef KIME_X86
+    if (vec)
+        done = results_out_256(ot, l, qn, hd, out, ldo);
+#else
+    (void)vec;
+#endif
+    for (int i = done; i < qn; i++) {
+        const float inv = 1.0f / l[i];
+        float *o = out + (ptrdiff_t)i * ldo;
+        for (int d = 0; d < hd; d++)
+            o[d] = ot[d * QB + i] * inv;
+    }
+}
+
 /* Head h of qn <= QB queries (q: the first query's head-h columns, rows ldq apart; the first at
  * position i0 of its row) against the row of n tokens whose keys and values start at kv[0];
  * results go to out's rows, ldo apart, from the first query's. */
-static void attend_block(tile_fn tile, softmax_fn softmax, const float *q, ptrdiff_t ldq, int qn,
+static void attend_block(tile_fn tile, softmax_fn softmax, int vec, const float *q, ptrdiff_t ldq, int qn,
                          const float *kv, ptrdiff_t ld, int H, int hd, int n, int h, int i0, int w,
                          float *out, int ldo, float *scr)
 {
@@ -458,9 +566,7 @@ static void attend_block(tile_fn tile, softmax_fn softmax, const float *q, ptrdi
     if (w >= n - 1) /* a window covering the row is full attention, and needs no mask */
         w = -1;
     const float scale = LOG2E / sqrtf((float)hd);
-    for (int i = 0; i < QB; i++) /* padded lanes score 0 and are never written out */
-        for (int d = 0; d < hd; d++)
-            qt[d * QB + i] = i < qn ? q[i * ldq + d] * scale : 0.0f;
+    queries_in(vec, q, ldq, qn, hd, scale, qt);
     memset(ot, 0, (size_t)hd * QB * sizeof *ot);
     for (int i = 0; i < QB; i++)
         m[i] = -INFINITY, l[i] = 0.0f;
@@ -474,19 +580,14 @@ static void attend_block(tile_fn tile, softmax_fn softmax, const float *q, ptrdi
         softmax(s, kn, j0 - i0, w < 0 || inside ? -1 : w, m, l, alpha);
         tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
     }
-    for (int i = 0; i < qn; i++) {
-        const float inv = 1.0f / l[i];
-        float *o = out + (ptrdiff_t)i * ldo;
-        for (int d = 0; d < hd; d++)
-            o[d] = ot[d * QB + i] * inv;
-    }
+    results_out(vec, ot, l, qn, hd, out, ldo);
 }
 
 /* attend_block for a row in the parallel option layout: pos and opt are the row's position and
  * option ids (from its first token). Query i sees key j unless both lie in option slots and the
  * slots differ, and, in a local layer (w >= 0), only if |pos[i] - pos[j]| <= w. Every query sees
  * itself, so no query is left without keys. */
-static void attend_block_masked(tile_fn tile, softmax_fn softmax, const float *q, ptrdiff_t ldq,
+static void attend_block_masked(tile_fn tile, softmax_fn softmax, int vec, const float *q, ptrdiff_t ldq,
                                 int qn, const float *kv, ptrdiff_t ld, int H, int hd, int n, int h,
                                 int i0, int w, const int32_t *pos, const int32_t *opt, float *out,
                                 int ldo, float *scr)
@@ -495,9 +596,7 @@ static void attend_block_masked(tile_fn tile, softmax_fn softmax, const float *q
     float *m = s + KB * QB, *l = m + QB, *alpha = l + QB;
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
     const float scale = LOG2E / sqrtf((float)hd);
-    for (int i = 0; i < QB; i++)
-        for (int d = 0; d < hd; d++)
-            qt[d * QB + i] = i < qn ? q[i * ldq + d] * scale : 0.0f;
+    queries_in(vec, q, ldq, qn, hd, scale, qt);
     memset(ot, 0, (size_t)hd * QB * sizeof *ot);
     for (int i = 0; i < QB; i++)
         m[i] = -INFINITY, l[i] = 0.0f;
@@ -542,17 +641,13 @@ static void attend_block_masked(tile_fn tile, softmax_fn softmax, const float *q
         softmax(s, kn, 0, -1, m, l, alpha);
         tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
     }
-    for (int i = 0; i < qn; i++) {
-        const float inv = 1.0f / l[i];
-        float *o = out + (ptrdiff_t)i * ldo;
-        for (int d = 0; d < hd; d++)
-            o[d] = ot[d * QB + i] * inv;
-    }
+    results_out(vec, ot, l, qn, hd, out, ldo);
 }
 
 typedef struct {
     tile_fn tile;
     softmax_fn softmax;
+    int vec; /* queries_in / results_out in AVX2 */
     const float *q, *qkv;
     ptrdiff_t ldq, ld;
     const int32_t *qcu, *cu, *pos, *opt;
@@ -580,13 +675,13 @@ static void attend_task(void *ctx, int task, int tid)
         const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
         const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
         if (j->pos)
-            attend_block_masked(j->tile, j->softmax, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
+            attend_block_masked(j->tile, j->softmax, j->vec, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
                                 nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, ld,
                                 H, hd, cu[r + 1] - cu[r], h, i0, j->half_window, j->pos + cu[r],
                                 j->opt + cu[r], j->out + at * j->ldo + (ptrdiff_t)h * hd, j->ldo,
                                 scr);
         else
-            attend_block(j->tile, j->softmax, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
+            attend_block(j->tile, j->softmax, j->vec, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
                          nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
                          cu[r + 1] - cu[r], h, i0, j->half_window,
                          j->out + at * j->ldo + (ptrdiff_t)h * hd, j->ldo, scr);
@@ -602,7 +697,7 @@ static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const
                         const int32_t *pos, const int32_t *opt, float *out, int ldo,
                         float *scratch, int nthreads)
 {
-    attend_job j = {tile_c, softmax_c, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos, opt,
+    attend_job j = {tile_c, softmax_c, 0, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos, opt,
                     R, H, hd, half_window, ldo, 1, 0, out,
                     (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
 #ifdef KIME_X86
@@ -611,6 +706,7 @@ static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const
         j.tile = tile_512, j.softmax = softmax_512;
     else if (isa == KIME_ISA_AVX2)
         j.tile = tile_256, j.softmax = softmax_256;
+    j.vec = isa >= KIME_ISA_AVX2;
 #elif defined(KIME_NEON)
     if (kime_isa_detect() >= KIME_ISA_NEON)
         j.tile = tile_neon, j.softmax = softmax_neon;
