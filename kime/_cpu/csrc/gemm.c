@@ -12,8 +12,8 @@
  * tile, so even a contracting compiler treats every tile alike). Hence a row's bits do not depend
  * on M, on which tile or thread computes it, or on the thread count.
  *
- * Blocking. A thread owns a range of rows (or, when M is too small to share, of panels) and walks
- * it in blocks of mc rows: it packs the block's A (mc x K: up to 640 KB with AVX-512, so a short
+ * Blocking. A task is a chunk of rows walked in blocks of mc rows (a short request instead packs A
+ * together and takes one panel per task; team.h): it packs the block's A (mc x K: up to 640 KB with AVX-512, so a short
  * request's rows at K = 768 are one block beside a 98 KB panel in a 1 MB L2), then for each
  * panel runs the micro-kernel down the block, so a panel (K x NR) comes from L3 once per block
  * and is reused from L2 by the block's tiles, and each A sliver is reused by every panel. K is

@@ -6,8 +6,8 @@
  * the thread count, and whatever other rows share its batch (its value never depends on M or on
  * which tile of a GEMM it falls in).
  *
- * Threads: each kernel takes `nthreads` and runs its own OpenMP parallel region (or runs serially
- * when kime is built without OpenMP). Kernels never allocate; callers pass scratch.
+ * Threads: each kernel takes `nthreads` and runs its steps as tasks of kime's pool (pool.h), or
+ * serially when kime is built without OpenMP. Kernels never allocate; callers pass scratch.
  */
 #ifndef KIME_KERNELS_H
 #define KIME_KERNELS_H
