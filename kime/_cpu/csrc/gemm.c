@@ -12,13 +12,14 @@
  * tile, so even a contracting compiler treats every tile alike). Hence a row's bits do not depend
  * on M, on which tile or thread computes it, or on the thread count.
  *
- * Blocking. A task is a chunk of rows walked in blocks of mc rows (a short request instead packs A
- * together and takes one panel per task; team.h): it packs the block's A (mc x K: up to 640 KB with AVX-512, so a short
- * request's rows at K = 768 are one block beside a 98 KB panel in a 1 MB L2), then for each
- * panel runs the micro-kernel down the block, so a panel (K x NR) comes from L3 once per block
- * and is reused from L2 by the block's tiles, and each A sliver is reused by every panel. K is
- * not split (kc = K): per k the 14 x 32 kernel reads 184 bytes for 28 FMAs, a stream L2 (even
- * L3) sustains with room to spare, so K blocks would buy no bandwidth and cost partial sums.
+ * Blocking. A task is a chunk of rows walked in blocks of mc rows (a short request instead packs
+ * A together and takes one panel per task; team.h): it packs the block's A (mc x K: up to 640 KB
+ * with AVX-512, so a short request's rows at K = 768 are one block beside a 98 KB panel in a 1 MB
+ * L2), then for each panel runs the micro-kernel down the block, so a panel (K x NR) comes from
+ * L3 once per block and is reused from L2 by the block's tiles, and each A sliver is reused by
+ * every panel. K is not split (kc = K): per k the 14 x 32 kernel reads 184 bytes for 28 FMAs, a
+ * stream L2 (even L3) sustains with room to spare, so K blocks would buy no bandwidth and cost
+ * partial sums.
  *
  * aarch64: one NEON kernel (12 x 8) serves every level; it is one FMA per k from +0 like the x86
  * ones, and its epilogue (epilogue_neon.h) runs theirs, so it gives the AVX2/AVX-512 bits.
