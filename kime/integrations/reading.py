@@ -52,10 +52,14 @@ def malformed(where: str, what: str, kind: type = MalformedDecision) -> Malforme
 
 
 def answers_map(result: Any, where: str = "Laya") -> Dict[str, Dict[str, Any]]:
-    """`result["answers"]`, refusing a non-object there or as any answer. Absent, it is {}:
-    no caller reads a default from it, each refuses every asked question it lacks (`answer_to`,
-    `screen`, the LangChain nodes' `_read`)."""
-    answers = result.get("answers", {}) if isinstance(result, dict) else None
+    """`result["answers"]`, refusing a reply without one, a non-object there or as any answer.
+    An absent `answers` is a malformed reply, never "no answers": read as {}, a router's
+    unanswered-question fallback (LlamaIndex's `route`) would take it for the model's choice."""
+    if not isinstance(result, dict):
+        raise malformed(where, "the reply must be a JSON object, got %s" % type(result).__name__)
+    if "answers" not in result:
+        raise malformed(where, "the reply has no 'answers' object")
+    answers = result["answers"]
     if not isinstance(answers, dict):
         raise malformed(where, "'answers' must be a JSON object, got %s" % type(answers).__name__)
     for qid, answer in answers.items():
@@ -230,7 +234,7 @@ def screen(result: Any, questions: Dict[str, Any], threshold: float,
             found[qid] = {"probability": probability,
                           "confidence": answer.get("confidence", 0.0)}
         elif kind == "score" and probability >= threshold:
-            found[qid] = {"score": answer.get("score", 0.0), "probability": round(probability, 4),
+            found[qid] = {"score": answer["score"], "probability": round(probability, 4),
                           "confidence": answer.get("confidence", 0.0)}
     return found, answers
 

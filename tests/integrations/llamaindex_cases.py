@@ -59,8 +59,11 @@ FAIL_OPEN = {
                   "refuses the reply as malformed",
     "unknown-choice": "laya selects the first candidate for a choice that names none; kime "
                       "refuses the reply as malformed",
+    "route-no-answers": "laya routes a reply that answers nothing to its fallback engine; kime "
+                        "refuses the reply as malformed",
 }
-"""The stub replies laya's selectors read as a pick (fail open), recorded as `laya_fault`s."""
+"""The stub replies laya's selectors and router read as a pick (fail open), recorded as
+`laya_fault`s."""
 
 
 class StubServer:
@@ -262,7 +265,8 @@ def cases() -> List[Dict[str, Any]]:
     rt("route_hooks_remote", agent=None, kwargs={"base_url": "<closed>", "hooks": "<recorder>"})
     for name in ("answer-string", "choice-list", "unknown-choice", "low-confidence", "no-answers"):
         rt("route_stub_" + name, agent=None, kwargs={"base_url": "<stub>/" + name,
-                                                     "descriptions": DESCRIPTIONS})
+                                                     "descriptions": DESCRIPTIONS},
+           **({"laya_fault": FAIL_OPEN["route-no-answers"]} if name == "no-answers" else {}))
     rt("route_stub_low_confidence_gated", agent=None,
        kwargs={"base_url": "<stub>/low-confidence", "confidence_threshold": 0.5,
                "fallback_key": "sales"})

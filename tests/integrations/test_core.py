@@ -499,9 +499,13 @@ def test_the_malformed_refusals_name_where_and_what() -> None:
         reading.answers_map({"answers": []}, where)
     with pytest.raises(RuntimeError, match=r"the answer for 'q' must be a JSON object, got str"):
         reading.answers_map({"answers": {"q": "yes"}})
-    with pytest.raises(RuntimeError, match=r"got NoneType"):
+    with pytest.raises(RuntimeError, match=r"the reply must be a JSON object, got NoneType"):
         reading.answers_map(None)
-    assert reading.answers_map({"model": "m"}) == {}
+    # no 'answers' at all is a malformed reply, never an empty one a fallback could read
+    with pytest.raises(RuntimeError, match=r"^Malformed decision response from Laya: the reply "
+                       r"has no 'answers' object$"):
+        reading.answers_map({"model": "m"})
+    assert reading.answers_map({"answers": {}}) == {}
     for bad in (True, "0.5", None, math.nan, math.inf):
         with pytest.raises(RuntimeError, match=r"'noul' must be a finite number, got "):
             reading.answer_number({"noul": bad}, "noul")
@@ -525,7 +529,7 @@ PASSING = {"jailbreak": {"type": "noul", "noul": 0.1, "confidence": 0.9},
 
 
 @pytest.mark.parametrize("reply, what", [
-    ({}, "no answer to question 'jailbreak'"),
+    ({}, "the reply has no 'answers' object"),
     ({"answers": {}}, "no answer to question 'jailbreak'"),
     ({"answers": {k: v for k, v in PASSING.items() if k != "toxic"}},
      "no answer to question 'toxic'"),

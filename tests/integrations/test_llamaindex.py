@@ -119,9 +119,11 @@ FAULTS = {
                                    "at <stub>/unknown-choice: 'choice' 'billing' names none of "
                                    "the 3 candidates"),
     "single_stub_no-answers": (RuntimeError, "Malformed decision response from Laya server at "
-                               "<stub>/no-answers: no answer to question 'selector'"),
+                               "<stub>/no-answers: the reply has no 'answers' object"),
     "multi_stub_no-answers": (RuntimeError, "Malformed decision response from Laya server at "
-                              "<stub>/no-answers: no answer to question 'selector'"),
+                              "<stub>/no-answers: the reply has no 'answers' object"),
+    "route_stub_no-answers": (RuntimeError, "Malformed decision response from Laya server at "
+                              "<stub>/no-answers: the reply has no 'answers' object"),
     "route_list_engines": (TypeError, "query_engines must be a dict of key -> query engine, "
                            "got list"),
 }
