@@ -35,7 +35,6 @@ for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they pin OpenBLAS to s
     os.environ.pop(_var, None)
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -44,6 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence  # noqa: E402
 
 from . import peers as peerlib  # noqa: E402
 from .machine import machine_info  # noqa: E402
+from .report import emit  # noqa: E402
 from .run import (W1_TOLERANCE, CpuMonitor, Engine, kime_runner, peer_runner,  # noqa: E402
                   prepare_onnx, prepare_onnx_int8)
 from .stats import compare_results, percentile, summarize, w1_agrees  # noqa: E402
@@ -285,13 +285,7 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
                                 % "; ".join(cmp["layout"][:3]))
             report["agreement"]["onnx" + sfx] = cmp
     report["problems"] = problems
-    sys.stdout.write(render(report))
-    sys.stdout.flush()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
-        log("wrote %s" % args.out)
+    emit(render(report), report, args.out, log)
     return 1 if problems else 0
 
 

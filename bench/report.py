@@ -1,7 +1,9 @@
 """The bench report as text: a header, a table per workload, a summary, startup and memory."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import json
+import sys
+from typing import Any, Callable, Dict, List, Optional
 
 FAMILIES = ("kime", "kime-int8", "kime-bf16", "kime-f16", "torch", "onnx", "onnx-int8")
 """Every engine family the bench knows, in the order tables list them."""
@@ -247,3 +249,15 @@ def render(report: Dict[str, Any]) -> str:
                                        "; load avg %.2f at the end" % m["loadavg_end"][0]
                                        if "loadavg_end" in m else ""))
     return "\n".join(out) + "\n"
+
+
+def emit(text: str, report: Dict[str, Any], out: Optional[str],
+         log: Callable[[str], None]) -> None:
+    """Print a bench's rendered report on stdout and, with `--out`, write its JSON there."""
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    if out:
+        with open(out, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+        log("wrote %s" % out)

@@ -580,13 +580,7 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     report["problems"] = problems
     report["notes"] = notes
 
-    from .report import render
+    from .report import emit, render
 
-    sys.stdout.write(render(report))
-    sys.stdout.flush()
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(report, f, indent=1)
-            f.write("\n")
-        log("wrote %s" % args.out)
+    emit(render(report), report, args.out, log)
     return 1 if problems else 0
