@@ -10,8 +10,9 @@ interleaved, both with --threads threads. Prints GFLOP/s (2 M N K / time) at the
 time, and the ratio FP32 median time / BF16 median time (about 2 where the kernels are bound by
 their multiply-adds: vdpbf16ps does twice an FMA's work per instruction).
 
-Both kernels share libgomp's thread pool, so as in bench.qgemm the spin count stays at its
-default. Needs AVX512_BF16; elsewhere it says what is missing and exits 1.
+Both kernels run on the calling thread's team of kime's thread pool (csrc/pool.c), so as in
+bench.qgemm its idle spin (KIME_SPIN_US) stays at its default. Needs AVX512_BF16; elsewhere it
+says what is missing and exits 1.
 """
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ is the sum of those best times over the forward's GEMMs; W1 / floor is the issue
 or less is the aim). What lies between the two is everything else: attention, norms, RoPE, the
 weights coming from DRAM rather than cache, the threads' barriers, tokenizing and Python.
 
-GEMMs run on the engine's own OpenMP master thread (`kime._cpu.masters`), so the bench does not
-open a second libgomp pool beside the forward pass's.
+GEMMs run on the engine's own master thread (`kime._cpu.masters`), so they use the forward
+pass's team of kime's thread pool and the bench does not start a second team beside it.
 """
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ both with --threads threads. Prints GFLOP/s at the median and at the p95 time, a
 median time / kime's.
 
 Interleaving needs each library's idle threads asleep: after a call, OpenBLAS's workers spin for
-about 2^28 cycles and libgomp's for a while, on the cores the other library's next call needs.
-So the bench sets OPENBLAS_THREAD_TIMEOUT=4 and GOMP_SPINCOUNT=1000 before either loads.
+about 2^28 cycles, on the cores kime's next call needs (kime's pool spins 200 us, KIME_SPIN_US).
+So the bench sets OPENBLAS_THREAD_TIMEOUT=4 before either loads.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 
-PRELOAD_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4", "GOMP_SPINCOUNT": "1000"}
+PRELOAD_ENV = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 DROP_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 LOADED_FIRST = "numpy" in sys.modules  # then OpenBLAS already read its environment
 if not LOADED_FIRST:

@@ -14,10 +14,9 @@ time, and the ratio FP32 median time / INT8 median time (target: 3).
 run under it, interleaved with the others): a column each, and each one's ratio. "avxvnni" on a
 CPU without AVX-VNNI but with AVX512-VL + VNNI runs its EVEX twin, the same 256-bit kernel.
 
-Both kernels share one libgomp thread pool, so unlike bench.gemm (which interleaves OpenBLAS)
-there is no need to shorten OpenMP's spin (GOMP_SPINCOUNT): leave it at its default. On a VM,
-GOMP_SPINCOUNT=1000 lets the idle worker's vCPU halt between calls, and waking it can cost about
-half a GEMM, so 2 threads then run no faster than 1 (both kernels alike).
+Both kernels run on the calling thread's team of kime's thread pool (csrc/pool.c), so unlike
+bench.gemm (which interleaves OpenBLAS) no other library's threads wait for the cores: leave the
+pool's idle spin (KIME_SPIN_US, 200 us) at its default.
 """
 from __future__ import annotations
 
