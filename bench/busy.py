@@ -23,9 +23,19 @@ In each setting every engine gets a warm-up call, then `--repeat` timed calls, i
 round-robin with the order rotated each round. Both engines run at `--threads` (default: every
 usable core, `kime.backend.cpu_count`). The report names the CPU, the shape and the threads and
 prints a markdown table, one row per setting: each engine's p50 / p90 and ORT p50 / kime p50
-(above 1 when kime is faster). kime's and ORT's FP32 W1 answers must agree as in `python -m
-bench` (the same choice, every probability within 1e-3), or the run exits 1. Progress goes to
-stderr, the table to stdout, `--out FILE` writes every sample as JSON.
+(above 1 when kime is faster).
+
+A second table says where a slower call's time went: the CPU each call ran (p50), its own
+engine's process and the other engine's (ORT's process, from the scheduler's per-thread counts
+in /proc, during a kime call; kime's threads other than the caller, its idle pool, during an ORT
+call), and their sum over the usable cores, the least wall time the call could take on cores it
+shares. Back to back, ORT's idle pool runs a fixed amount of CPU after each of its calls however
+busy the cores are (its spin is a count of pauses, not a time), so that much comes out of the
+next kime call's cores.
+
+kime's and ORT's FP32 W1 answers must agree as in `python -m bench` (the same choice, every
+probability within 1e-3), or the run exits 1. Progress goes to stderr, the tables to stdout,
+`--out FILE` writes every sample as JSON.
 """
 from __future__ import annotations
 
@@ -35,17 +45,18 @@ for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they pin OpenBLAS to s
     os.environ.pop(_var, None)
 
 import argparse  # noqa: E402
+import gc  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import warnings  # noqa: E402
-from typing import Any, Callable, Dict, List, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 from . import peers as peerlib  # noqa: E402
 from .machine import machine_info  # noqa: E402
 from .report import emit  # noqa: E402
-from .run import (W1_TOLERANCE, CpuMonitor, Engine, kime_runner, peer_runner,  # noqa: E402
-                  prepare_onnx, prepare_onnx_int8)
+from .run import (W1_TOLERANCE, CpuMonitor, Engine, prepare_onnx,  # noqa: E402
+                  prepare_onnx_int8)
 from .stats import compare_results, percentile, summarize, w1_agrees  # noqa: E402
 from .workloads import Workload, build_workloads, cached_checkpoint  # noqa: E402
 
@@ -122,28 +133,90 @@ def start_peer(args: argparse.Namespace, path: str, threads: int, w1: Workload,
     return peer
 
 
+def process_cpu_s(pid: int) -> Optional[float]:
+    """The CPU time process `pid`'s live threads have run, in seconds, from the scheduler's
+    nanosecond count (/proc/PID/task/*/schedstat); None where the kernel does not keep it."""
+    total = 0
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/schedstat" % (pid, tid)) as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended between the listing and the read
+    return total / 1e9
+
+
+# The CPU a timed call ran: (its engine's process, the other engine's), None where unknown.
+CallCpu = Tuple[Optional[float], Optional[float]]
+
+
+def kime_cpu_runner(agent: Any, peer_pid: Optional[int], cpu: Dict[str, CallCpu], key: str
+                    ) -> Callable[[Workload, bool], Tuple[float, Any]]:
+    """`bench.run.kime_runner`'s call, with the CPU this process and the peer ran between its
+    two clock reads put in cpu[key]."""
+    def run(w: Workload, want: bool) -> Tuple[float, Any]:
+        gc.collect()
+        p0 = process_cpu_s(peer_pid) if peer_pid else None
+        c0, t0 = time.process_time(), time.perf_counter()
+        res = agent.predict(w.states[0], w.questions)
+        t1, c1 = time.perf_counter(), time.process_time()
+        p1 = process_cpu_s(peer_pid) if peer_pid else None
+        cpu[key] = (c1 - c0, p1 - p0 if p0 is not None and p1 is not None else None)
+        return t1 - t0, (res if want else None)
+    return run
+
+
+def peer_cpu_runner(peer: peerlib.PeerProcess, family: str, threads: int,
+                    cpu: Dict[str, CallCpu], key: str
+                    ) -> Callable[[Workload, bool], Tuple[float, Any]]:
+    """`bench.run.peer_runner`'s call, with the CPU the peer ran in its timed section and this
+    process's threads other than the caller (kime's idle pool) ran around it in cpu[key]."""
+    def run(w: Workload, want: bool) -> Tuple[float, Any]:
+        o0 = time.process_time() - time.thread_time()
+        r = peer.call("run", engine=family, threads=threads, workload=w.name, result=want)
+        o1 = time.process_time() - time.thread_time()
+        own = r.get("cpu_s")
+        # two clocks read apart: a pool that ran nothing can come out a hair below 0
+        cpu[key] = (float(own) if own is not None else None, max(0.0, o1 - o0))
+        return float(r["seconds"]), r.get("result")
+    return run
+
+
 def time_setting(setting: str, w1: Workload, engines: List[Engine], repeat: int, gap: float,
-                 pids: List[int], results: Dict[str, Any]) -> Dict[str, Any]:
+                 pids: List[int], results: Dict[str, Any], cpu: Dict[str, CallCpu]
+                 ) -> Dict[str, Any]:
     """A warm-up call per engine, then `repeat` rounds of one timed call each, the order rotated
-    every round; kept answers (the first of each engine) go into `results`."""
+    every round; kept answers (the first of each engine) go into `results`. Each call's CPU, as
+    its runner put it in `cpu`, is kept beside its wall time."""
     monitor = CpuMonitor(pids)
     # back to back, a kime/ORT pair at a time, so every call follows the other engine's
     step = 2 if setting == "back-to-back" and len({e.family for e in engines}) > 1 else 1
     samples: Dict[str, List[float]] = {e.key: [] for e in engines}
+    used: Dict[str, List[List[float]]] = {e.key: [[], []] for e in engines}
     warmup: Dict[str, float] = {}
     for i in range(repeat + 1):
         k = (i * step) % len(engines)
         for e in engines[k:] + engines[:k]:
             if setting != "back-to-back":
                 time.sleep(gap)
+            cpu.pop(e.key, None)
             seconds, res = e.run(w1, e.key not in results)
             if res is not None:
                 results[e.key] = res
             if i == 0:
                 warmup[e.key] = seconds
-            else:
-                samples[e.key].append(seconds)
-    stats = {key: dict(summarize(xs), p90=percentile(xs, 90), warmup_s=warmup[key])
+                continue
+            samples[e.key].append(seconds)
+            for part, x in zip(used[e.key], cpu.get(e.key, (None, None))):
+                if x is not None:
+                    part.append(x)
+    stats = {key: dict(summarize(xs), p90=percentile(xs, 90), warmup_s=warmup[key],
+                       cpu_own_p50=percentile(used[key][0], 50) if used[key][0] else None,
+                       cpu_other_p50=percentile(used[key][1], 50) if used[key][1] else None)
              for key, xs in samples.items()}
     return {"stats": stats, "other_cores": monitor.others_cores()}
 
@@ -175,6 +248,16 @@ def ratio(stats: Dict[str, Any], suffix: str) -> str:
     return "%.2fx" % (peer["p50"] / ours["p50"]) if peer and ours else "—"
 
 
+def cpu_cell(stats: Dict[str, Any], key: str, cores: int) -> str:
+    s = stats.get(key)
+    if not s or s.get("cpu_own_p50") is None:
+        return "—"
+    own, other = s["cpu_own_p50"], s.get("cpu_other_p50")
+    if other is None:
+        return "%.1f ms" % (own * 1e3)
+    return "%.1f / %.1f ms (%.1f ms)" % (own * 1e3, other * 1e3, (own + other) / cores * 1e3)
+
+
 def render(report: Dict[str, Any]) -> str:
     s = report["settings"]
     lines = ["cpu: %s; shape %s (W1: %s); %d threads; %d timed calls per engine and setting"
@@ -195,6 +278,24 @@ def render(report: Dict[str, Any]) -> str:
         for p in s["precisions"]:
             sfx = "" if p == "f32" else "-" + p
             row += [cell(st, "kime" + sfx), cell(st, "onnx" + sfx), ratio(st, sfx)]
+        lines.append("| " + " | ".join(row) + " |")
+    cores = s["cores"]
+    lines += ["", "CPU each call ran, p50: the engine's process / the other engine's process "
+              "(in brackets their sum over the %d cores: the least wall time the call could "
+              "take with the cores shared; a call near it lost nothing but the other's CPU)"
+              % cores, ""]
+    head, rule = ["setting"], ["---"]
+    for p in s["precisions"]:
+        sfx = "" if p == "f32" else "-" + p
+        head += [LABELS["kime" + sfx], LABELS["onnx" + sfx]]
+        rule += ["---:"] * 2
+    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
+    for setting in SETTINGS:
+        st = report["results"][setting]["stats"]
+        row = [names[setting]]
+        for p in s["precisions"]:
+            sfx = "" if p == "f32" else "-" + p
+            row += [cpu_cell(st, "kime" + sfx, cores), cpu_cell(st, "onnx" + sfx, cores)]
         lines.append("| " + " | ".join(row) + " |")
     loads = ["%s %s" % (k, "?" if r["other_cores"] is None else "%.2f" % r["other_cores"])
              for k, r in report["results"].items()]
@@ -226,26 +327,31 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine_info(),
         "kime": {"version": kime.__version__},
         "settings": {"shape": args.shape, "precisions": args.precisions, "threads": threads,
+                     "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                     else (os.cpu_count() or 1),
                      "repeat": args.repeat, "gap_s": args.gap, "peers": args.peers},
         "peers": {"mode": args.peers}, "results": {}, "agreement": {}}
     problems: List[str] = []
     path = cached_checkpoint(args.shape, args.cache_dir, log=log)
-    kimes: Dict[str, Engine] = {}
+    agents: Dict[str, Any] = {}
     for prec in args.precisions:
         key = "kime" if prec == "f32" else "kime-" + prec
-        agent = kime.load(path, device="cpu", precision=prec, threads=threads, answer_cache=0)
+        agents[prec] = agent = kime.load(path, device="cpu", precision=prec, threads=threads,
+                                         answer_cache=0)
         log("%s: %s" % (key, agent.engine.device))
         report["kime"][key] = str(agent.engine.device)
-        kimes[prec] = Engine(key, "kime", threads, kime_runner(agent))
     w1 = build_workloads(path, agent.engine, ["W1"])[0]
     report["w1"] = dict(w1.describe(), rows_text=w1.rows_text())
     peer = start_peer(args, path, threads, w1, report, problems) if args.peers != "none" else None
+    cpu: Dict[str, CallCpu] = {}
     engines: List[Engine] = []
     for prec in args.precisions:  # kime f32, ORT f32, kime int8, ORT int8
-        engines.append(kimes[prec])
+        sfx = "" if prec == "f32" else "-" + prec
+        engines.append(Engine("kime" + sfx, "kime", threads, kime_cpu_runner(
+            agents[prec], peer.proc.pid if peer is not None else None, cpu, "kime" + sfx)))
         if peer is not None:
-            key = "onnx" if prec == "f32" else "onnx-" + prec
-            engines.append(Engine(key, "onnx", threads, peer_runner(peer, key, threads)))
+            engines.append(Engine("onnx" + sfx, "onnx", threads,
+                                  peer_cpu_runner(peer, "onnx" + sfx, threads, cpu, "onnx" + sfx)))
     log("W1: %s; %s; %d timed calls each per setting"
         % (w1.rows_text(), ", ".join(e.key for e in engines), args.repeat))
     answers: Dict[str, Any] = {}
@@ -255,7 +361,8 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             log("%s ..." % setting)
 
             def timed() -> Dict[str, Any]:
-                return time_setting(setting, w1, engines, args.repeat, args.gap, pids, answers)
+                return time_setting(setting, w1, engines, args.repeat, args.gap, pids, answers,
+                                    cpu)
             res = run_spinner(timed) if setting == "spinner" else timed()
             report["results"][setting] = res
             log("%s: %s" % (setting, ", ".join("%s p50 %.2f ms" % (k, s["p50"] * 1e3)

@@ -279,10 +279,10 @@ class Worker:
         else:
             raise ValueError("unknown engine %r" % (req["engine"],))
         gc.collect()
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         result = _call(agent, workload)
-        seconds = time.perf_counter() - t0
-        return {"seconds": seconds, "result": result if req.get("result") else None}
+        seconds, cpu_s = time.perf_counter() - t0, time.process_time() - c0
+        return {"seconds": seconds, "cpu_s": cpu_s, "result": result if req.get("result") else None}
 
 
 def serve():

@@ -1,10 +1,14 @@
 """`python -m bench.busy` runs its three settings end to end (tiny shape, kime only, two calls)
-and stops its spinner. Speed is never asserted."""
+and stops its spinner; the CPU it charges to a process is that process's threads' run time.
+Speed is never asserted."""
 from __future__ import annotations
 
 import json
 import math
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,9 @@ def test_busy_bench_runs_without_peers(tmp_path: Path, capsys: pytest.CaptureFix
             assert s["n"] == 2 and len(s["samples"]) == 2
             assert all(math.isfinite(x) and x > 0 for x in s["samples"] + [s["warmup_s"]])
             assert 0 < s["p50"] <= s["p90"] <= s["max"]
+            # kime's own CPU per call: some, and at most its threads' share of the wall time
+            assert 0 < s["cpu_own_p50"] <= (report["settings"]["threads"] + 1) * s["max"]
+            assert s["cpu_other_p50"] is None  # no other engine
     assert report["agreement"] == {} and report["problems"] == []
 
     # The spinner was stopped and reaped: its pid no longer names a process.
@@ -38,6 +45,45 @@ def test_busy_bench_runs_without_peers(tmp_path: Path, capsys: pytest.CaptureFix
 
     text = capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("| ")]
-    assert len(rows) == 1 + len(busy.SETTINGS)  # the header and a row per setting
-    # no ORT: its cell and the ratio are dashes, at both precisions
-    assert all(row.count("—") == 4 for row in rows[1:])
+    # two tables (times, then CPU), each a header and a row per setting
+    assert len(rows) == 2 * (1 + len(busy.SETTINGS))
+    times, cpu = rows[1:1 + len(busy.SETTINGS)], rows[2 + len(busy.SETTINGS):]
+    # no ORT: its cells and the ratio are dashes, at both precisions
+    assert all(row.count("—") == 4 for row in times)
+    assert all(row.count("—") == 2 and row.count(" ms") == 2 for row in cpu)
+
+
+# A process whose second thread spins for `SPIN_S` while its main thread sleeps, then idles.
+CHILD = """
+import threading, time
+def spin():
+    end = time.perf_counter() + %r
+    while time.perf_counter() < end:
+        pass
+threading.Thread(target=spin).start()
+time.sleep(60)
+"""
+SPIN_S = 0.6
+
+
+def test_process_cpu_counts_every_thread() -> None:
+    """The spinning thread's CPU is counted though the main thread sleeps, and an idle process
+    gains none; a process that is gone has no CPU to read."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD % SPIN_S])
+    try:
+        time.sleep(0.1)  # started and spinning
+        c0, t0 = busy.process_cpu_s(child.pid), time.perf_counter()
+        time.sleep(0.3)
+        c1, t1 = busy.process_cpu_s(child.pid), time.perf_counter()
+        assert c0 is not None and c1 is not None
+        # it ran, though a busy machine may give it less than a whole core
+        assert 0.03 < c1 - c0 <= (t1 - t0) + 0.02
+        time.sleep(SPIN_S)  # the spinning thread has ended
+        c2 = busy.process_cpu_s(child.pid)
+        time.sleep(0.3)
+        c3 = busy.process_cpu_s(child.pid)
+        assert c2 is not None and c3 is not None and 0 <= c3 - c2 < 0.02
+    finally:
+        child.kill()
+        child.wait()
+    assert busy.process_cpu_s(child.pid) is None
