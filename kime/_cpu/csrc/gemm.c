@@ -37,6 +37,7 @@
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define T256 __attribute__((target("avx2,fma")))
 #include "vgelu.h"
+#include "lanes256.h"
 #endif
 
 #if defined(__aarch64__)
@@ -172,42 +173,32 @@ T256 static void kernel256(int m, int K, const float *a, const float *b, float *
     }
 }
 
-T256 static inline __m256i lanes8(int left)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
-T256 static inline __m256 maybe_load8(const float *p, __m256i k)
-{
-    return p ? _mm256_maskload_ps(p, k) : _mm256_setzero_ps();
-}
-
 T256 static void store256(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
 {
     if (e->epi == KIME_EPI_GEGLU) {
         __m256i k = lanes8(nv);
-        __m256 ba = maybe_load8(e->bias ? e->bias + n0 : NULL, k);
-        __m256 bg = maybe_load8(e->gbias ? e->gbias + n0 : NULL, k);
+        __m256 ba = maybe_load8(e->bias ? e->bias + n0 : NULL, nv, k);
+        __m256 bg = maybe_load8(e->gbias ? e->gbias + n0 : NULL, nv, k);
         for (int i = 0; i < m; i++, acc += HNR, C += e->ldc) {
             __m256 x = _mm256_add_ps(_mm256_load_ps(acc), ba);
             __m256 g = _mm256_add_ps(_mm256_load_ps(acc + 8), bg);
-            _mm256_maskstore_ps(C + n0, k, _mm256_mul_ps(gelu8(x), g));
+            store8(C + n0, nv, k, _mm256_mul_ps(gelu8(x), g));
         }
         return;
     }
     for (int v = 0; v < HNR / 8 && 8 * v < nv; v++) {
-        int j0 = n0 + 8 * v;
-        __m256i k = lanes8(nv - 8 * v);
-        __m256 bias = maybe_load8(e->bias ? e->bias + j0 : NULL, k);
+        int j0 = n0 + 8 * v, left = nv - 8 * v;
+        __m256i k = lanes8(left);
+        __m256 bias = maybe_load8(e->bias ? e->bias + j0 : NULL, left, k);
         float *c = C + j0;
         for (int i = 0; i < m; i++, c += e->ldc) {
             __m256 x = _mm256_add_ps(_mm256_load_ps(acc + i * HNR + 8 * v), bias);
             switch (e->epi) {
-            case KIME_EPI_ACCUM: x = _mm256_add_ps(_mm256_maskload_ps(c, k), x); break;
+            case KIME_EPI_ACCUM: x = _mm256_add_ps(load8(c, left, k), x); break;
             case KIME_EPI_GELU: x = gelu8(x); break;
             case KIME_EPI_RELU: x = _mm256_max_ps(_mm256_setzero_ps(), x); break;
             }
-            _mm256_maskstore_ps(c, k, x);
+            store8(c, left, k, x);
         }
     }
 }

@@ -161,6 +161,7 @@ static void qstore_portable(const int32_t *acc, int m, int n0, int nv, const qep
 #define T512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 #define T256 __attribute__((target("avx2,fma")))
 #include "vgelu.h"
+#include "lanes256.h"
 
 /* ---- AVX-512 VNNI: 14 x 32 tiles ---------------------------------------------------------- */
 
@@ -273,11 +274,6 @@ TQ512 static void qstore512(const int32_t *acc, int m, int n0, int nv, const qep
 #define HQNR 16
 #define H8(v) _mm256_set1_ps(v)
 
-TQ256 static inline __m256i qlanes8(int left)
-{
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-}
-
 TQ256 static float quant256(const float *x, int K, int8_t *q)
 {
     __m256 vmax = _mm256_setzero_ps();
@@ -303,10 +299,10 @@ TQ256 static float quant256(const float *x, int K, int8_t *q)
     for (k = 0; k + 8 <= K; k += 8) {
         __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vinv));
         v = _mm256_min_epi32(_mm256_max_epi32(v, lo), hi);
-        int32_t t[8];
-        _mm256_storeu_si256((__m256i *)t, v);
-        for (int i = 0; i < 8; i++)
-            q[k + i] = (int8_t)t[i];
+        /* clamped to [-127, 127], so the saturating packs only narrow: 8 bytes, in order */
+        const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v),
+                                          _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64((__m128i *)(q + k), _mm_packs_epi16(w, w));
     }
     for (; k < K; k++) { /* same rounding as the vector lanes: cvtss2si, nearest even */
         int r = _mm_cvtss_si32(_mm_set_ss(x[k] * inv));
@@ -361,43 +357,38 @@ TQ256 static inline __m256 deq8(const int32_t *acc, __m256i comp, __m256 sa, __m
     return _mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(x, sa), sw), bias);
 }
 
-TQ256 static inline __m256 qmaybe_load8(const float *p, __m256i k)
-{
-    return p ? _mm256_maskload_ps(p, k) : _mm256_setzero_ps();
-}
-
 TQ256 static void qstore256(const int32_t *acc, int m, int n0, int nv, const qepi *e,
                             const float *sa, const float *sw, const int32_t *comp, float *C)
 {
     if (e->epi == KIME_EPI_GEGLU) {
-        __m256i k = qlanes8(nv);
-        __m256 ba = qmaybe_load8(e->bias ? e->bias + n0 : NULL, k);
-        __m256 bg = qmaybe_load8(e->gbias ? e->gbias + n0 : NULL, k);
+        __m256i k = lanes8(nv);
+        __m256 ba = maybe_load8(e->bias ? e->bias + n0 : NULL, nv, k);
+        __m256 bg = maybe_load8(e->gbias ? e->gbias + n0 : NULL, nv, k);
         __m256 swa = _mm256_loadu_ps(sw), swg = _mm256_loadu_ps(sw + 8);
         __m256i ca = _mm256_loadu_si256((const __m256i *)comp);
         __m256i cg = _mm256_loadu_si256((const __m256i *)(comp + 8));
         for (int i = 0; i < m; i++, acc += HQNR, C += e->ldc) {
             __m256 s = _mm256_set1_ps(sa[i]);
             __m256 x = deq8(acc, ca, s, swa, ba), g = deq8(acc + 8, cg, s, swg, bg);
-            _mm256_maskstore_ps(C + n0, k, _mm256_mul_ps(gelu8(x), g));
+            store8(C + n0, nv, k, _mm256_mul_ps(gelu8(x), g));
         }
         return;
     }
     for (int v = 0; v < HQNR / 8 && 8 * v < nv; v++) {
-        int j0 = n0 + 8 * v;
-        __m256i k = qlanes8(nv - 8 * v);
-        __m256 bias = qmaybe_load8(e->bias ? e->bias + j0 : NULL, k);
+        int j0 = n0 + 8 * v, left = nv - 8 * v;
+        __m256i k = lanes8(left);
+        __m256 bias = maybe_load8(e->bias ? e->bias + j0 : NULL, left, k);
         __m256 w = _mm256_loadu_ps(sw + 8 * v);
         __m256i cc = _mm256_loadu_si256((const __m256i *)(comp + 8 * v));
         float *c = C + j0;
         for (int i = 0; i < m; i++, c += e->ldc) {
             __m256 x = deq8(acc + i * HQNR + 8 * v, cc, _mm256_set1_ps(sa[i]), w, bias);
             switch (e->epi) {
-            case KIME_EPI_ACCUM: x = _mm256_add_ps(_mm256_maskload_ps(c, k), x); break;
+            case KIME_EPI_ACCUM: x = _mm256_add_ps(load8(c, left, k), x); break;
             case KIME_EPI_GELU: x = gelu8(x); break;
             case KIME_EPI_RELU: x = _mm256_max_ps(_mm256_setzero_ps(), x); break;
             }
-            _mm256_maskstore_ps(c, k, x);
+            store8(c, left, k, x);
         }
     }
 }
