@@ -156,8 +156,8 @@ CallCpu = Tuple[Optional[float], Optional[float]]
 
 def kime_cpu_runner(agent: Any, peer_pid: Optional[int], cpu: Dict[str, CallCpu], key: str
                     ) -> Callable[[Workload, bool], Tuple[float, Any]]:
-    """`bench.run.kime_runner`'s call, with the CPU this process and the peer ran between its
-    two clock reads put in cpu[key]."""
+    """`bench.run.kime_runner`'s call for W1 (one `predict`), with the CPU this process and the
+    peer ran between its two clock reads put in cpu[key]."""
     def run(w: Workload, want: bool) -> Tuple[float, Any]:
         gc.collect()
         p0 = process_cpu_s(peer_pid) if peer_pid else None
