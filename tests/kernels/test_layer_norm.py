@@ -145,8 +145,8 @@ def test_wrong_dtype_or_layout_is_refused():
 
 
 def test_every_isa_path_gives_the_same_bits(monkeypatch):
-    """The AVX-512 row repeats the baseline row's arithmetic lane for lane, so a model's norms
-    give the same bits whichever path this CPU takes (in place included)."""
+    """The AVX-512 and AVX2 rows repeat the baseline row's arithmetic lane for lane, so a
+    model's norms give the same bits whichever path this CPU takes (in place included)."""
     cases = []
     for i, (n, d) in enumerate(SHAPES + [(2, d) for d in range(1, 41)]):
         x = random_rows((n, d), seed=300 + i, offset=[0.0, 2.0, 100.0][i % 3])

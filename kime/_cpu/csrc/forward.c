@@ -185,10 +185,63 @@ norm_row512(const float *x, float *y, int d, const float *w, const float *b, flo
 }
 #endif
 
+#ifdef KIME_X86
+/* norm_row in AVX2, to the bit, as norm_row512: the eight double partial sums are the lanes of
+ * two 4-lane vectors (lo takes x[i + k] for k < 4, hi for k >= 4), every other step the same
+ * IEEE operation on the same values in the same order (no contraction: CSRC_FLAGS). */
+__attribute__((target("avx2"))) static void
+norm_row256(const float *x, float *y, int d, const float *w, const float *b, float eps) {
+    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + NACC <= d; i += NACC) {
+        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
+        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
+    }
+    double part[NACC], sum = 0.0;
+    _mm256_storeu_pd(part, lo);
+    _mm256_storeu_pd(part + 4, hi);
+    for (int k = 0; k < NACC; k++) sum += part[k];
+    for (int j = i; j < d; j++) sum += x[j];
+    const double mean = sum / d;
+    const __m256d vmean = _mm256_set1_pd(mean);
+    lo = hi = _mm256_setzero_pd();
+    for (i = 0; i + NACC <= d; i += NACC) {
+        __m256d c0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), vmean);
+        __m256d c1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), vmean);
+        lo = _mm256_add_pd(lo, _mm256_mul_pd(c0, c0));
+        hi = _mm256_add_pd(hi, _mm256_mul_pd(c1, c1));
+    }
+    double sq = 0.0;
+    _mm256_storeu_pd(part, lo);
+    _mm256_storeu_pd(part + 4, hi);
+    for (int k = 0; k < NACC; k++) sq += part[k];
+    for (int j = i; j < d; j++) {
+        double c = x[j] - mean;
+        sq += c * c;
+    }
+    const double inv = 1.0 / sqrt(sq / d + (double)eps);
+    const __m256d vinv = _mm256_set1_pd(inv);
+    for (i = 0; i + NACC <= d; i += NACC) {
+        __m256d c0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), vmean), vinv);
+        __m256d c1 =
+            _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), vmean), vinv);
+        __m256 c = _mm256_set_m128(_mm256_cvtpd_ps(c1), _mm256_cvtpd_ps(c0));
+        __m256 v = _mm256_mul_ps(c, _mm256_loadu_ps(w + i));
+        if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
+        _mm256_storeu_ps(y + i, v);
+    }
+    for (; i < d; i++) {
+        float v = (float)((x[i] - mean) * inv) * w[i];
+        y[i] = b ? v + b[i] : v;
+    }
+}
+#endif
+
 /* The row norm kime_layer_norm runs at this ISA level: each gives norm_row's bits. */
 static norm_fn norm_for_isa(void) {
 #ifdef KIME_X86
     if (kime_isa_detect() == KIME_ISA_AVX512) return norm_row512;
+    if (kime_isa_detect() == KIME_ISA_AVX2) return norm_row256;
 #elif defined(KIME_NEON)
     if (kime_isa_detect() >= KIME_ISA_NEON) return norm_row_neon;
 #endif
