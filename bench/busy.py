@@ -258,6 +258,22 @@ def cpu_cell(stats: Dict[str, Any], key: str, cores: int) -> str:
     return "%.1f / %.1f ms (%.1f ms)" % (own * 1e3, other * 1e3, (own + other) / cores * 1e3)
 
 
+def table(report: Dict[str, Any], names: Dict[str, str],
+          heads: Callable[[str], List[str]],
+          cells: Callable[[Dict[str, Any], str], List[str]]) -> List[str]:
+    """A markdown table, a row per setting: per precision (its key suffix), the columns `heads`
+    names and `cells` fills from the setting's stats."""
+    sfxs = ["" if p == "f32" else "-" + p for p in report["settings"]["precisions"]]
+    head = ["setting"] + [h for sfx in sfxs for h in heads(sfx)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1))
+             + "|"]
+    for setting in SETTINGS:
+        st = report["results"][setting]["stats"]
+        row = [names[setting]] + [c for sfx in sfxs for c in cells(st, sfx)]
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
 def render(report: Dict[str, Any]) -> str:
     s = report["settings"]
     lines = ["cpu: %s; shape %s (W1: %s); %d threads; %d timed calls per engine and setting"
@@ -265,38 +281,18 @@ def render(report: Dict[str, Any]) -> str:
                 s["repeat"]), ""]
     names = {"quiet": "quiet (%.2g s gap)" % s["gap_s"], "back-to-back": "back to back",
              "spinner": "beside a spinner (%.2g s gap)" % s["gap_s"]}
-    head, rule = ["setting"], ["---"]
-    for p in s["precisions"]:
-        sfx = "" if p == "f32" else "-" + p
-        head += [LABELS["kime" + sfx] + " p50 / p90", LABELS["onnx" + sfx] + " p50 / p90",
-                 "ORT / kime"]
-        rule += ["---:"] * 3
-    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
-    for setting in SETTINGS:
-        st = report["results"][setting]["stats"]
-        row = [names[setting]]
-        for p in s["precisions"]:
-            sfx = "" if p == "f32" else "-" + p
-            row += [cell(st, "kime" + sfx), cell(st, "onnx" + sfx), ratio(st, sfx)]
-        lines.append("| " + " | ".join(row) + " |")
+    lines += table(report, names, lambda sfx: [LABELS["kime" + sfx] + " p50 / p90",
+                                               LABELS["onnx" + sfx] + " p50 / p90", "ORT / kime"],
+                   lambda st, sfx: [cell(st, "kime" + sfx), cell(st, "onnx" + sfx),
+                                    ratio(st, sfx)])
     cores = s["cores"]
     lines += ["", "CPU each call ran, p50: the engine's process / the other engine's process "
               "(in brackets their sum over the %d cores: the least wall time the call could "
               "take with the cores shared; a call near it lost nothing but the other's CPU)"
               % cores, ""]
-    head, rule = ["setting"], ["---"]
-    for p in s["precisions"]:
-        sfx = "" if p == "f32" else "-" + p
-        head += [LABELS["kime" + sfx], LABELS["onnx" + sfx]]
-        rule += ["---:"] * 2
-    lines += ["| " + " | ".join(head) + " |", "|" + "|".join(rule) + "|"]
-    for setting in SETTINGS:
-        st = report["results"][setting]["stats"]
-        row = [names[setting]]
-        for p in s["precisions"]:
-            sfx = "" if p == "f32" else "-" + p
-            row += [cpu_cell(st, "kime" + sfx, cores), cpu_cell(st, "onnx" + sfx, cores)]
-        lines.append("| " + " | ".join(row) + " |")
+    lines += table(report, names, lambda sfx: [LABELS["kime" + sfx], LABELS["onnx" + sfx]],
+                   lambda st, sfx: [cpu_cell(st, "kime" + sfx, cores),
+                                    cpu_cell(st, "onnx" + sfx, cores)])
     loads = ["%s %s" % (k, "?" if r["other_cores"] is None else "%.2f" % r["other_cores"])
              for k, r in report["results"].items()]
     lines += ["", "cores other processes kept busy: " + ", ".join(loads)]
