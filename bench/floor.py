@@ -7,9 +7,14 @@ For each precision, times kime's W1 (`predict` on one ~180-token row, the bench'
 alone, every GEMM its forward pass runs, at the forward's M, K, N and epilogue (the decision
 head's last layer at its kept rows; the scorer and the act head in FP32 as the forward runs
 them), each the best of --repeat calls on warm weights: the micro-bench's best rate. The floor
-is the sum of those best times over the forward's GEMMs; W1 / floor is the issue's measure (1.25
+is the sum of those best times over the forward's GEMMs; W1 / floor is the issue's measure (1.2
 or less is the aim). What lies between the two is everything else: attention, norms, RoPE, the
 weights coming from DRAM rather than cache, the threads' barriers, tokenizing and Python.
+
+Attention is timed the same way, each of the forward's calls alone at its window (FP32 at every
+precision), and `+attention` adds those best times to the floor: W1 / both is what is left once
+the two kernels that do the arithmetic have their best time, and the last line gives
+attention's rate, to read against the FP32 GEMMs' (the machine's FMA rate).
 
 GEMMs run on the engine's own master thread (`kime._cpu.masters`), so they use the forward
 pass's team of kime's thread pool and the bench does not start a second team beside it.
@@ -23,7 +28,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, TypeVar
 
 for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they pin OpenBLAS to slower kernels
     os.environ.pop(_var, None)
@@ -35,6 +40,7 @@ from .workloads import build_workloads, cached_checkpoint  # noqa: E402
 
 # (M, K, N, epilogue, precision of the kernel)
 Gemm = Tuple[int, int, int, str, str]
+Key = TypeVar("Key")
 
 
 def forward_gemms(spec, n: int, markers: int, precision: str) -> Counter:
@@ -59,8 +65,44 @@ def forward_gemms(spec, n: int, markers: int, precision: str) -> Counter:
     return calls
 
 
+# (tokens, heads, head dim, half window; -1 for a global layer)
+Attn = Tuple[int, int, int, int]
+
+
+def forward_attention(spec, n: int) -> Counter:
+    """The attention calls of a one-row forward pass of n tokens (forward.c): every encoder
+    layer, local or global, and every head layer but the last, which attends only from its
+    kept queries (left out: a few rows against the row, under 1% of one layer's)."""
+    hd = spec.d // spec.heads
+    calls: Counter = Counter()
+    for is_global in spec.global_layers:
+        calls[(n, spec.heads, hd, -1 if is_global else spec.half_window)] += 1
+    for _ in range(spec.head_layers - 1):
+        calls[(n, spec.head_heads, spec.d // spec.head_heads, -1)] += 1
+    return calls
+
+
+def attention_flop(key: Attn) -> float:
+    """The FLOPs of the scores and the weighted values over the (query, key) pairs a call's
+    window admits (not those the kernel's blocks compute): 4 * head dim per pair and head."""
+    n, heads, hd, w = key
+    pairs = n * n if w < 0 else sum(min(n - 1, i + w) - max(0, i - w) + 1 for i in range(n))
+    return 4.0 * hd * heads * pairs
+
+
+def attention_runner(key: Attn, threads: int, rng: np.random.Generator) -> Callable[[], object]:
+    """A call of kime's attention kernel (FP32 at every precision) on random q, k and v."""
+    from kime._cpu import _attention
+
+    n, heads, hd, w = key
+    qkv = rng.standard_normal((n, 3 * heads * hd), dtype=np.float32)
+    cu = np.array([0, n], np.int32)
+    out = np.empty((n, heads * hd), np.float32)
+    return lambda: _attention.attention(qkv, cu, heads, hd, w, out, threads)
+
+
 def gemm_runner(precision: str, K: int, N: int, epilogue: str, M: int, threads: int,
-                rng: np.random.Generator) -> Callable[[], None]:
+                rng: np.random.Generator) -> Callable[[], object]:
     """A call of kime's `precision` GEMM on random data of the forward's shapes."""
     from kime._cpu import _bgemm, _gemm, _qgemm
 
@@ -82,8 +124,8 @@ def gemm_runner(precision: str, K: int, N: int, epilogue: str, M: int, threads: 
                               isa=isa)
 
 
-def best_times(fns: Dict[Gemm, Callable[[], None]], threads: int, repeat: int
-               ) -> Dict[Gemm, float]:
+def best_times(fns: Dict[Key, Callable[[], object]], threads: int, repeat: int
+               ) -> Dict[Key, float]:
     """Each GEMM's best time over `repeat` rounds. A round runs every GEMM in turn, three calls
     back to back on the engine's master thread (as a forward pass calls them: between two
     handoffs the OpenMP workers could fall asleep, and waking them is not the GEMM's time), and
@@ -91,7 +133,7 @@ def best_times(fns: Dict[Gemm, Callable[[], None]], threads: int, repeat: int
     another tenant of a shared machine out of its best time."""
     from kime._cpu.masters import run_forward
 
-    def timed(fn: Callable[[], None]) -> float:
+    def timed(fn: Callable[[], object]) -> float:
         fn()
         fn()
         t = time.perf_counter()
@@ -123,8 +165,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     path = cached_checkpoint(args.shape, args.cache_dir,
                              log=lambda s: print("[floor] " + s, file=sys.stderr))
     print("cpu: %s, %d threads; shape %s" % (machine_info()["cpu"], threads, args.shape))
-    print("%-5s | %9s | %9s | %8s | %12s | %s" % ("prec", "W1 p50", "floor", "W1/floor",
-                                                  "GEMM GFLOP/s", "W1 row"))
+    print("%-5s | %9s | %9s | %8s | %12s | %11s | %9s | %s" % (
+        "prec", "W1 p50", "floor", "W1/floor", "GEMM GFLOP/s", "+attention", "W1/both",
+        "W1 row"))
     # W1 first, every precision loaded and timed in turn (as `python -m bench` interleaves its
     # engines), then the GEMMs alone with the models closed.
     agents: Dict[str, object] = {}
@@ -155,15 +198,27 @@ def main(argv: Optional[List[str]] = None) -> int:
         agent.close()  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     calls = {p: forward_gemms(spec, n, k, p) for p, spec in specs.items()}
-    fns = {key: gemm_runner(key[4], key[1], key[2], key[3], key[0], threads, rng)
-           for c in calls.values() for key in c}
+    first_spec = next(iter(specs.values()))
+    attn = forward_attention(first_spec, n)  # the same calls, in FP32, at every precision
+    fns: Dict[object, Callable[[], object]] = {
+        key: gemm_runner(key[4], key[1], key[2], key[3], key[0], threads, rng)
+        for c in calls.values() for key in c}
+    fns.update({key: attention_runner(key, threads, rng) for key in attn})
     best = best_times(fns, threads, args.repeat)
+    attn_s = sum(count * best[key] for key, count in attn.items())
+    attn_flop = sum(count * attention_flop(key) for key, count in attn.items())
     for precision in specs:
         w1_s = statistics.median(times[precision])
         floor = sum(count * best[key] for key, count in calls[precision].items())
         flop = sum(count * 2.0 * M * K * N for (M, K, N, _, _), count in calls[precision].items())
-        print("%-5s | %7.2f ms | %7.2f ms | %7.2fx | %12.1f | %d tokens, %d options"
-              % (precision, w1_s * 1e3, floor * 1e3, w1_s / floor, flop / floor / 1e9, n, k))
+        print("%-5s | %7.2f ms | %7.2f ms | %7.2fx | %12.1f | %8.2f ms | %8.2fx | %d tokens, "
+              "%d options" % (precision, w1_s * 1e3, floor * 1e3, w1_s / floor, flop / floor / 1e9,
+                              (floor + attn_s) * 1e3, w1_s / (floor + attn_s), n, k))
+    print("attention alone (FP32 at every precision): %d calls (%d global, %d local, half window "
+          "%d), %.2f ms, %.1f GFLOP/s over the pairs the windows admit"
+          % (sum(attn.values()), sum(c for key, c in attn.items() if key[3] < 0),
+             sum(c for key, c in attn.items() if key[3] >= 0), first_spec.half_window,
+             attn_s * 1e3, attn_flop / attn_s / 1e9))
     return 0
 
 

@@ -5,6 +5,7 @@ Speed is never asserted; this only keeps `python -m bench` from rotting.
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 from typing import Any, Dict
@@ -88,11 +89,21 @@ def test_floor_runs(bench_checkpoint: str, capsys: pytest.CaptureFixture[str]) -
 
     assert floor.main(["--shape", "tiny", "--precision", "f32,int8", "--repeat", "2",
                        "--cache-dir", str(Path(bench_checkpoint).parent)]) == 0
+    out = capsys.readouterr().out
     rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")]
-            for line in capsys.readouterr().out.splitlines() if line.count("|") == 5}
+            for line in out.splitlines() if line.count("|") == 7}
+    attention = re.search(r"attention alone .*: (\d+) calls \((\d+) global, (\d+) local.*?, "
+                          r"([\d.]+) ms", out)
+    assert attention, out
+    calls, glob, local, attn_ms = (float(g) for g in attention.groups())
+    # tiny: 4 encoder layers (global every third) and the decision head's first layer
+    assert (calls, glob, local) == (5, 3, 2) and attn_ms > 0
     for prec in ("f32", "int8"):
-        w1, floor_ms, ratio = (float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3))
+        w1, floor_ms, ratio, both_ms, both = (
+            float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3, 5, 6))
         assert w1 > 0 and floor_ms > 0 and ratio == pytest.approx(w1 / floor_ms, rel=0.03, abs=0.01)
+        assert both_ms == pytest.approx(floor_ms + attn_ms, abs=0.02)
+        assert both == pytest.approx(w1 / both_ms, rel=0.03, abs=0.01)
 
 
 def test_stats_helpers() -> None:
