@@ -3,6 +3,7 @@ and beside a process that spins: how much each engine loses to the other's spinn
 
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench.busy --shape base
     python -m bench.busy --shape base --precision f32 --repeat 41 --gap 1 --out busy.json
+    python -m bench.busy --shape base --repeat 11 --rounds 3    # how far a round's ratio moves
     python -m bench.busy --shape tiny --peers none --repeat 2   # kime only: a smoke run
 
 Times W1 (`predict` on one ~180-token row, a choice of 4: the bench's workload, see
@@ -32,6 +33,11 @@ call), and their sum over the usable cores, the least wall time the call could t
 shares. Back to back, ORT's idle pool runs a fixed amount of CPU after each of its calls however
 busy the cores are (its spin is a count of pauses, not a time), so that much comes out of the
 next kime call's cores.
+
+With `--rounds N` the three settings run N times in turn (the spinner started afresh each
+time). The two tables pool every round's calls, and a third gives ORT / kime in each round and
+the rounds' median: on a shared machine one round's ratio can move by a fifth from one minute to
+the next, and the spread says how much a single figure can be trusted.
 
 kime's and ORT's FP32 W1 answers must agree as in `python -m bench` (the same choice, every
 probability within 1e-3), or the run exits 1. Progress goes to stderr, the tables to stdout,
@@ -81,6 +87,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=0,
                     help="kime's and ORT's threads; 0 = every usable core (default)")
     ap.add_argument("--repeat", type=int, default=21, help="timed calls per engine and setting")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="run the three settings this many times in turn; the tables pool every "
+                         "round's calls, and a third table gives each round's ratios")
     ap.add_argument("--gap", type=float, default=0.5,
                     help="idle seconds before each call when quiet and beside the spinner")
     ap.add_argument("--peers", choices=["auto", "none"], default="auto",
@@ -97,8 +106,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
             ap.error("unknown precision %r; use f32, int8 or f32,int8" % p)
         if p not in args.precisions:
             args.precisions.append(p)
-    if args.repeat < 1 or args.gap < 0:
-        ap.error("--repeat must be at least 1 and --gap not negative")
+    if args.repeat < 1 or args.rounds < 1 or args.gap < 0:
+        ap.error("--repeat and --rounds must be at least 1 and --gap not negative")
     return args
 
 
@@ -189,8 +198,8 @@ def peer_cpu_runner(peer: peerlib.PeerProcess, family: str, threads: int,
 def time_setting(setting: str, w1: Workload, engines: List[Engine], repeat: int, gap: float,
                  pids: List[int], results: Dict[str, Any], cpu: Dict[str, CallCpu]
                  ) -> Dict[str, Any]:
-    """A warm-up call per engine, then `repeat` rounds of one timed call each, the order rotated
-    every round; kept answers (the first of each engine) go into `results`. Each call's CPU, as
+    """A warm-up call per engine, then `repeat` passes of one timed call each, the order rotated
+    every pass; kept answers (the first of each engine) go into `results`. Each call's CPU, as
     its runner put it in `cpu`, is kept beside its wall time."""
     monitor = CpuMonitor(pids)
     # back to back, a kime/ORT pair at a time, so every call follows the other engine's
@@ -214,11 +223,36 @@ def time_setting(setting: str, w1: Workload, engines: List[Engine], repeat: int,
             for part, x in zip(used[e.key], cpu.get(e.key, (None, None))):
                 if x is not None:
                     part.append(x)
-    stats = {key: dict(summarize(xs), p90=percentile(xs, 90), warmup_s=warmup[key],
-                       cpu_own_p50=percentile(used[key][0], 50) if used[key][0] else None,
-                       cpu_other_p50=percentile(used[key][1], 50) if used[key][1] else None)
-             for key, xs in samples.items()}
+    stats = {key: call_stats(xs, warmup[key], *used[key]) for key, xs in samples.items()}
     return {"stats": stats, "other_cores": monitor.others_cores()}
+
+
+def call_stats(samples: List[float], warmup_s: float, own: List[float], other: List[float]
+               ) -> Dict[str, Any]:
+    """One engine's calls in one setting: their wall times' summary and p90, the warm-up call,
+    and the CPU each call ran in its own process and in the other engine's (every sample, and
+    the p50; None where not read)."""
+    return dict(summarize(samples), p90=percentile(samples, 90), warmup_s=warmup_s,
+                cpu_own_p50=percentile(own, 50) if own else None,
+                cpu_other_p50=percentile(other, 50) if other else None,
+                cpu_own_s=list(own), cpu_other_s=list(other))
+
+
+def pooled(rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """One setting's results over every round: each engine's calls pooled (the first round's
+    warm-up), the other processes' load averaged over the rounds that read it."""
+    keys = [k for r in rounds for k in r["stats"]]
+    stats = {}
+    for key in dict.fromkeys(keys):
+        got = [r["stats"][key] for r in rounds if key in r["stats"]]
+        stats[key] = call_stats([x for g in got for x in g["samples"]], got[0]["warmup_s"],
+                                [x for g in got for x in g["cpu_own_s"]],
+                                [x for g in got for x in g["cpu_other_s"]])
+    loads = [r["other_cores"] for r in rounds if r.get("other_cores") is not None]
+    out = {"stats": stats, "other_cores": sum(loads) / len(loads) if loads else None}
+    if rounds and "spinner_pid" in rounds[-1]:
+        out["spinner_pid"] = rounds[-1]["spinner_pid"]
+    return out
 
 
 def run_spinner(fn: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
@@ -243,9 +277,15 @@ def cell(stats: Dict[str, Any], key: str) -> str:
     return "%.2f / %.2f ms" % (s["p50"] * 1e3, s["p90"] * 1e3) if s else "—"
 
 
-def ratio(stats: Dict[str, Any], suffix: str) -> str:
+def ratio_of(stats: Dict[str, Any], suffix: str) -> Optional[float]:
+    """ORT's p50 over kime's at one precision (its key suffix), None without both."""
     peer, ours = stats.get("onnx" + suffix), stats.get("kime" + suffix)
-    return "%.2fx" % (peer["p50"] / ours["p50"]) if peer and ours else "—"
+    return peer["p50"] / ours["p50"] if peer and ours else None
+
+
+def ratio(stats: Dict[str, Any], suffix: str) -> str:
+    r = ratio_of(stats, suffix)
+    return "—" if r is None else "%.2fx" % r
 
 
 def cpu_cell(stats: Dict[str, Any], key: str, cores: int) -> str:
@@ -260,39 +300,63 @@ def cpu_cell(stats: Dict[str, Any], key: str, cores: int) -> str:
 
 def table(report: Dict[str, Any], names: Dict[str, str],
           heads: Callable[[str], List[str]],
-          cells: Callable[[Dict[str, Any], str], List[str]]) -> List[str]:
+          cells: Callable[[str, str], List[str]]) -> List[str]:
     """A markdown table, a row per setting: per precision (its key suffix), the columns `heads`
-    names and `cells` fills from the setting's stats."""
+    names and `cells(setting, suffix)` fills."""
     sfxs = ["" if p == "f32" else "-" + p for p in report["settings"]["precisions"]]
     head = ["setting"] + [h for sfx in sfxs for h in heads(sfx)]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1))
              + "|"]
     for setting in SETTINGS:
-        st = report["results"][setting]["stats"]
-        row = [names[setting]] + [c for sfx in sfxs for c in cells(st, sfx)]
+        row = [names[setting]] + [c for sfx in sfxs for c in cells(setting, sfx)]
         lines.append("| " + " | ".join(row) + " |")
     return lines
 
 
+def round_cells(report: Dict[str, Any], setting: str, sfx: str) -> List[str]:
+    """Each round's ORT / kime ratio in one setting at one precision, then their median."""
+    prec = sfx[1:] if sfx else "f32"
+    each = [rd.get(setting, {}).get(prec) for rd in report["rounds"]]
+    got = [x for x in each if x is not None]
+    return (["—" if x is None else "%.2fx" % x for x in each]
+            + ["%.2fx" % percentile(got, 50) if got else "—"])
+
+
 def render(report: Dict[str, Any]) -> str:
     s = report["settings"]
-    lines = ["cpu: %s; shape %s (W1: %s); %d threads; %d timed calls per engine and setting"
+    lines = ["cpu: %s; shape %s (W1: %s); %d threads; %d timed calls per engine and setting%s"
              % (report["machine"]["cpu"], s["shape"], report["w1"]["rows_text"], s["threads"],
-                s["repeat"]), ""]
+                s["repeat"] * s["rounds"],
+                " (%d rounds of %d)" % (s["rounds"], s["repeat"]) if s["rounds"] > 1 else ""),
+             ""]
     names = {"quiet": "quiet (%.2g s gap)" % s["gap_s"], "back-to-back": "back to back",
              "spinner": "beside a spinner (%.2g s gap)" % s["gap_s"]}
+
+    def st(setting: str) -> Dict[str, Any]:
+        return report["results"][setting]["stats"]
+
     lines += table(report, names, lambda sfx: [LABELS["kime" + sfx] + " p50 / p90",
                                                LABELS["onnx" + sfx] + " p50 / p90", "ORT / kime"],
-                   lambda st, sfx: [cell(st, "kime" + sfx), cell(st, "onnx" + sfx),
-                                    ratio(st, sfx)])
+                   lambda setting, sfx: [cell(st(setting), "kime" + sfx),
+                                         cell(st(setting), "onnx" + sfx),
+                                         ratio(st(setting), sfx)])
     cores = s["cores"]
     lines += ["", "CPU each call ran, p50: the engine's process / the other engine's process "
               "(in brackets their sum over the %d cores: the least wall time the call could "
               "take with the cores shared; a call near it lost nothing but the other's CPU)"
               % cores, ""]
     lines += table(report, names, lambda sfx: [LABELS["kime" + sfx], LABELS["onnx" + sfx]],
-                   lambda st, sfx: [cpu_cell(st, "kime" + sfx, cores),
-                                    cpu_cell(st, "onnx" + sfx, cores)])
+                   lambda setting, sfx: [cpu_cell(st(setting), "kime" + sfx, cores),
+                                         cpu_cell(st(setting), "onnx" + sfx, cores)])
+    rounds = len(report["rounds"])
+    if rounds > 1:
+        lines += ["", "ORT / kime in each round (that round's p50s), then the rounds' median: "
+                  "how far one round's ratio moves on this machine", ""]
+        lines += table(report, names,
+                       lambda sfx: ["%s r%d" % (LABELS["kime" + sfx][5:], i + 1)
+                                    for i in range(rounds)] + [LABELS["kime" + sfx][5:]
+                                                               + " median"],
+                       lambda setting, sfx: round_cells(report, setting, sfx))
     loads = ["%s %s" % (k, "?" if r["other_cores"] is None else "%.2f" % r["other_cores"])
              for k, r in report["results"].items()]
     lines += ["", "cores other processes kept busy: " + ", ".join(loads)]
@@ -325,7 +389,8 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         "settings": {"shape": args.shape, "precisions": args.precisions, "threads": threads,
                      "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                      else (os.cpu_count() or 1),
-                     "repeat": args.repeat, "gap_s": args.gap, "peers": args.peers},
+                     "repeat": args.repeat, "rounds": args.rounds, "gap_s": args.gap,
+                     "peers": args.peers},
         "peers": {"mode": args.peers}, "results": {}, "agreement": {}}
     problems: List[str] = []
     path = cached_checkpoint(args.shape, args.cache_dir, log=log)
@@ -351,26 +416,34 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     log("W1: %s; %s; %d timed calls each per setting"
         % (w1.rows_text(), ", ".join(e.key for e in engines), args.repeat))
     answers: Dict[str, Any] = {}
+    rounds: List[Dict[str, Any]] = []  # per round, each setting's results
     try:
         pids = [os.getpid()] + ([peer.proc.pid] if peer is not None else [])
-        for setting in SETTINGS:
-            log("%s ..." % setting)
+        for r in range(args.rounds):
+            rounds.append({})
+            for setting in SETTINGS:
+                log("%s%s ..." % (setting, " (round %d of %d)" % (r + 1, args.rounds)
+                                  if args.rounds > 1 else ""))
 
-            def timed() -> Dict[str, Any]:
-                return time_setting(setting, w1, engines, args.repeat, args.gap, pids, answers,
-                                    cpu)
-            res = run_spinner(timed) if setting == "spinner" else timed()
-            report["results"][setting] = res
-            log("%s: %s" % (setting, ", ".join("%s p50 %.2f ms" % (k, s["p50"] * 1e3)
-                                                for k, s in res["stats"].items())))
+                def timed() -> Dict[str, Any]:
+                    return time_setting(setting, w1, engines, args.repeat, args.gap, pids,
+                                        answers, cpu)
+                res = run_spinner(timed) if setting == "spinner" else timed()
+                rounds[-1][setting] = res
+                log("%s: %s" % (setting, ", ".join("%s p50 %.2f ms" % (k, s["p50"] * 1e3)
+                                                    for k, s in res["stats"].items())))
     except peerlib.PeerError as e:
         problems.append(("the peer failed: %s" % e).splitlines()[0])
         log(problems[-1])
-        for setting in SETTINGS:
-            report["results"].setdefault(setting, {"stats": {}, "other_cores": None})
     finally:
         if peer is not None:
             peer.close()
+    for setting in SETTINGS:
+        got = [rd[setting] for rd in rounds if setting in rd]
+        report["results"][setting] = pooled(got) if got else {"stats": {}, "other_cores": None}
+    report["rounds"] = [{setting: {p: ratio_of(res["stats"], "" if p == "f32" else "-" + p)
+                                   for p in args.precisions}
+                         for setting, res in rd.items()} for rd in rounds]
     report["spinner_pid"] = report["results"]["spinner"].get("spinner_pid")
 
     # The answers, each against kime's at its precision; only FP32 is held to W1's 1e-3.
