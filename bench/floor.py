@@ -126,11 +126,11 @@ def gemm_runner(precision: str, K: int, N: int, epilogue: str, M: int, threads: 
 
 def best_times(fns: Dict[Key, Callable[[], object]], threads: int, repeat: int
                ) -> Dict[Key, float]:
-    """Each GEMM's best time over `repeat` rounds. A round runs every GEMM in turn, three calls
-    back to back on the engine's master thread (as a forward pass calls them: between two
-    handoffs the OpenMP workers could fall asleep, and waking them is not the GEMM's time), and
-    keeps the last. Spreading a GEMM's samples over the whole run keeps a burst of load from
-    another tenant of a shared machine out of its best time."""
+    """Each call's best time (a GEMM's, attention's) over `repeat` rounds. A round runs every
+    call in turn, three times back to back on the engine's master thread (as a forward pass
+    calls them: between two handoffs the pool's workers could fall asleep, and waking them is
+    not the kernel's time), and keeps the last. Spreading a call's samples over the whole run
+    keeps a burst of load from another tenant of a shared machine out of its best time."""
     from kime._cpu.masters import run_forward
 
     def timed(fn: Callable[[], object]) -> float:
