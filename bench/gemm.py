@@ -10,7 +10,7 @@ both with --threads threads. Prints GFLOP/s at the median and at the p95 time, a
 median time / kime's.
 
 Interleaving needs each library's idle threads asleep: after a call, OpenBLAS's workers spin for
-about 2^28 cycles, on the cores kime's next call needs (kime's pool spins 50 us, KIME_SPIN_US).
+about 2^28 cycles, on the cores kime's next call needs (kime's pool spins 200 us, KIME_SPIN_US).
 So the bench sets OPENBLAS_THREAD_TIMEOUT=4 before either loads.
 """
 from __future__ import annotations

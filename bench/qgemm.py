@@ -16,7 +16,7 @@ CPU without AVX-VNNI but with AVX512-VL + VNNI runs its EVEX twin, the same 256-
 
 Both kernels run on the calling thread's team of kime's thread pool (csrc/pool.c), so unlike
 bench.gemm (which interleaves OpenBLAS) no other library's threads wait for the cores: leave the
-pool's idle spin (KIME_SPIN_US, 50 us) at its default.
+pool's idle spin (KIME_SPIN_US, 200 us) at its default.
 """
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ static void init_once(void)
     pthread_atfork(NULL, NULL, after_fork_child);
     if (atomic_load(&spin_us) < 0) {
         const char *s = getenv("KIME_SPIN_US");
-        long v = s && *s ? strtol(s, NULL, 10) : 50;
+        long v = s && *s ? strtol(s, NULL, 10) : 200;
         atomic_store(&spin_us, v < 0 ? 0 : v > 1000000 ? 1000000 : (int)v);
     }
 }

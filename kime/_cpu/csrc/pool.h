@@ -8,12 +8,9 @@
  * claimed, never for a thread to arrive. Which thread runs a task may vary; what a task
  * computes does not, so results keep their bits.
  *
- * Waiting. A worker spins for a bounded time (KIME_SPIN_US microseconds, default 50), long
+ * Waiting. A worker spins for a bounded time (KIME_SPIN_US microseconds, default 200), long
  * enough to span the serial gaps between the steps of one forward pass, then sleeps on a
- * condition variable until the next step, so an idle engine holds no core. A longer wait means
- * the caller lost its core (or the pass ended): on cores shared with another process a spin
- * then only burns time the caller needs (docs/benchmarks.md: a 200 us spin made INT8 W1 13%
- * slower beside a spinning process, and won nothing beyond noise quiet or back to back).
+ * condition variable until the next step, so an idle engine holds no core.
  *
  * Teams. Each thread that calls kime_parallel gets a team of workers of its own, created on its
  * first call (kime._cpu.masters keeps those callers few). A forked child starts new teams.
