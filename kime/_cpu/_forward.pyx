@@ -6,7 +6,8 @@
 the batch buffers to `kime_forward` (csrc/forward.c). Python touches a forward pass once.
 
 `Model.embed` runs the encoder alone and mean-pools each row (`kime_embed`): an embedding
-batch, which reuses the same arena. `layer_norm`, `mean_pool`, `act_features` and `act_head` are
+batch, which reuses the same arena. `layer_norm`, `mean_pool`, `act_features`, `act_head` and
+`pool_probe` are
 test entries only: thin wrappers that check
 shapes, drop the GIL and call the very C functions the forward pass runs, so each piece has a
 kernel test of its own against a float64 reference (tests/kernels/).
@@ -22,6 +23,7 @@ cdef extern from "pool.h":
     int kime_pool_spin_us() nogil
     void kime_pool_set_spin_us(int us) nogil
     int kime_pool_threaded() nogil
+    void kime_pool_probe(int nthreads, int ntasks, const int *busy_us, int *tids) nogil
 
 cdef extern from "kernels.h":
     int kime_isa_detect() nogil
@@ -133,6 +135,18 @@ def set_pool_spin_us(int us) -> None:
 def pool_threaded() -> bool:
     """Whether this build's forward pass runs its steps on several threads."""
     return kime_pool_threaded() == 1
+
+
+def pool_probe(const int32_t[::1] busy_us, int32_t[::1] tids, int threads) -> None:
+    """Run one step of the pool (a test entry): task i holds its thread `busy_us[i]`
+    microseconds, then writes the id of the thread that ran it to `tids[i]` (0: the caller)."""
+    if tids.shape[0] != busy_us.shape[0]:
+        raise ValueError("busy_us and tids differ in length")
+    cdef int n = <int>busy_us.shape[0]
+    if n == 0:
+        return
+    with nogil:
+        kime_pool_probe(threads, n, <const int *>&busy_us[0], <int *>&tids[0])
 
 
 def isa_detect():

@@ -3,7 +3,8 @@
 Every kernel test already checks that results do not depend on the thread count. These check
 the pool's own promises: the bits hold when threads lose their cores (more threads than CPUs,
 and beside a process that spins), a forked child starts a team of its own, a thread that exits
-takes its workers with it, and idle workers stop spinning after the bounded wait.
+takes its workers with it, a worker waits out a step's last task awake, and idle workers stop
+spinning after the bounded wait.
 """
 from __future__ import annotations
 
@@ -149,3 +150,51 @@ def test_spin_comes_from_the_environment():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, timeout=120)
     assert int(out.stdout) == 0
+
+
+def _voluntary_switches() -> int:
+    """Voluntary context switches (a thread going to sleep) of every thread of this process."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open("/proc/self/task/%s/status" % tid) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        total += int(line.split()[1])
+        except OSError:  # a thread that ended meanwhile
+            pass
+    return total
+
+
+def test_every_task_runs_once_on_a_thread_of_the_team():
+    busy = np.zeros(64, np.int32)
+    tids = np.full(64, -1, np.int32)
+    _forward.pool_probe(busy, tids, 3)
+    assert set(tids.tolist()) <= {0, 1, 2}
+    with pytest.raises(ValueError):
+        _forward.pool_probe(busy, tids[:3], 2)
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="needs two cores")
+def test_a_worker_waits_out_a_long_task_without_sleeping():
+    """A worker that runs out of tasks while another thread's long task still runs waits for
+    the step's end awake: the next step comes as soon as that task ends, and a sleep there
+    costs a wake-up per step. Its bounded spin (2 ms here) only starts once the step is done,
+    so forty steps whose first task takes 8 ms put it to sleep a handful of times at most, not
+    once a step."""
+    default = _forward.pool_spin_us()
+    busy = np.array([8000, 0], np.int32)
+    tids = np.empty(2, np.int32)
+    try:
+        _forward.set_pool_spin_us(2000)
+        _forward.pool_probe(busy, tids, 2)  # the team is up and its worker awake
+        before = _voluntary_switches()
+        ran_short = 0
+        for _ in range(40):
+            _forward.pool_probe(busy, tids, 2)
+            ran_short += int(tids[1] != tids[0])
+        slept = _voluntary_switches() - before
+    finally:
+        _forward.set_pool_spin_us(default)
+    assert ran_short >= 20  # the two tasks mostly ran on two threads: the worker saw the tails
+    assert slept <= 8, "the worker slept %d times in 40 steps" % slept

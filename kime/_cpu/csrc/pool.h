@@ -8,9 +8,11 @@
  * claimed, never for a thread to arrive. Which thread runs a task may vary; what a task
  * computes does not, so results keep their bits.
  *
- * Waiting. A worker spins for a bounded time (KIME_SPIN_US microseconds, default 200), long
- * enough to span the serial gaps between the steps of one forward pass, then sleeps on a
- * condition variable until the next step, so an idle engine holds no core.
+ * Waiting. A worker out of tasks waits for the step's last task awake, yielding its core every
+ * few tens of microseconds to a thread that wants it; from the step's end it spins for a
+ * bounded time (KIME_SPIN_US microseconds, default 200), long enough to span the serial gaps
+ * between the steps of one forward pass, then sleeps on a condition variable until the next
+ * step, so an idle engine holds no core.
  *
  * Teams. Each thread that calls kime_parallel gets a team of workers of its own, created on its
  * first call (kime._cpu.masters keeps those callers few). A forked child starts new teams.
@@ -34,6 +36,11 @@ void kime_pool_set_spin_us(int us);
 
 /* Whether kime_parallel runs tasks on more than one thread in this build. */
 int kime_pool_threaded(void);
+
+/* The pool's own tests: one step of ntasks tasks on at most nthreads threads, task i holding
+ * its thread for busy_us[i] microseconds and writing the id of the thread that ran it to
+ * tids[i]. */
+void kime_pool_probe(int nthreads, int ntasks, const int *busy_us, int *tids);
 
 /* A task count for n items split into chunks of at least `min_chunk`, about `per_thread`
  * chunks per thread: enough that a late thread's share is taken by the others. */
