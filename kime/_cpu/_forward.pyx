@@ -6,11 +6,11 @@
 the batch buffers to `kime_forward` (csrc/forward.c). Python touches a forward pass once.
 
 `Model.embed` runs the encoder alone and mean-pools each row (`kime_embed`): an embedding
-batch, which reuses the same arena. `layer_norm`, `mean_pool`, `act_features`, `act_head` and
-`pool_probe` are
+batch, which reuses the same arena. `layer_norm`, `mean_pool`, `act_features` and `act_head` are
 test entries only: thin wrappers that check
 shapes, drop the GIL and call the very C functions the forward pass runs, so each piece has a
-kernel test of its own against a float64 reference (tests/kernels/).
+kernel test of its own against a float64 reference (tests/kernels/). `pool_probe` runs one step
+of the forward pass's thread pool, for the pool's own tests.
 """
 import numpy as np
 

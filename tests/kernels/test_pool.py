@@ -152,10 +152,10 @@ def test_spin_comes_from_the_environment():
     assert int(out.stdout) == 0
 
 
-def _voluntary_switches() -> int:
-    """Voluntary context switches (a thread going to sleep) of every thread of this process."""
+def _voluntary_switches(tids: set) -> int:
+    """Voluntary context switches (a thread going to sleep) of these threads of this process."""
     total = 0
-    for tid in os.listdir("/proc/self/task"):
+    for tid in tids:
         try:
             with open("/proc/self/task/%s/status" % tid) as f:
                 for line in f:
@@ -181,20 +181,32 @@ def test_a_worker_waits_out_a_long_task_without_sleeping():
     the step's end awake: the next step comes as soon as that task ends, and a sleep there
     costs a wake-up per step. Its bounded spin (2 ms here) only starts once the step is done,
     so forty steps whose first task takes 8 ms put it to sleep a handful of times at most, not
-    once a step."""
+    once a step. The steps run on a thread of their own, so its team's worker is new and its
+    sleeps are counted apart from every other thread's."""
     default = _forward.pool_spin_us()
     busy = np.array([8000, 0], np.int32)
     tids = np.empty(2, np.int32)
-    try:
-        _forward.set_pool_spin_us(2000)
-        _forward.pool_probe(busy, tids, 2)  # the team is up and its worker awake
-        before = _voluntary_switches()
+    seen: dict = {}
+
+    def steps() -> None:
+        threads = set(os.listdir("/proc/self/task"))
+        _forward.pool_probe(busy, tids, 2)  # this thread's team starts, its worker awake
+        worker = set(os.listdir("/proc/self/task")) - threads - {str(threading.get_native_id())}
+        before = _voluntary_switches(worker)
         ran_short = 0
         for _ in range(40):
             _forward.pool_probe(busy, tids, 2)
             ran_short += int(tids[1] != tids[0])
-        slept = _voluntary_switches() - before
+        seen.update(workers=len(worker), ran_short=ran_short,
+                    slept=_voluntary_switches(worker) - before)
+
+    try:
+        _forward.set_pool_spin_us(2000)
+        t = threading.Thread(target=steps)
+        t.start()
+        t.join()
     finally:
         _forward.set_pool_spin_us(default)
-    assert ran_short >= 20  # the two tasks mostly ran on two threads: the worker saw the tails
-    assert slept <= 8, "the worker slept %d times in 40 steps" % slept
+    assert seen["workers"] >= 1
+    assert seen["ran_short"] >= 20  # the tasks mostly ran on two threads: the worker saw tails
+    assert seen["slept"] <= 8, "the worker slept %d times in 40 steps" % seen["slept"]

@@ -174,10 +174,9 @@ static void *worker_main(void *p)
         seen = g;
         tasks = 0;
         atomic_fetch_add(&t->busy, 1);
-        if (atomic_load(&t->gen) == g) {
-            tasks = t->ntasks;
-            if (a->id < t->nthreads)
-                take_tasks(t, t->fn, t->ctx, tasks, a->id);
+        if (atomic_load(&t->gen) == g && a->id < t->nthreads) {
+            tasks = t->ntasks; /* only a step's own threads wait out its tail */
+            take_tasks(t, t->fn, t->ctx, tasks, a->id);
         }
         atomic_fetch_sub(&t->busy, 1);
     }
