@@ -166,7 +166,9 @@ def _voluntary_switches(tids: set) -> int:
     return total
 
 
-def test_every_task_runs_once_on_a_thread_of_the_team():
+def test_every_task_runs_on_a_thread_of_the_team():
+    """Each task writes who ran it over a -1: a task left out, or run by a thread outside the
+    team, fails; a length mismatch is refused."""
     busy = np.zeros(64, np.int32)
     tids = np.full(64, -1, np.int32)
     _forward.pool_probe(busy, tids, 3)
