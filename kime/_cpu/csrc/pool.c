@@ -12,6 +12,12 @@
  * - A worker waits for a new step by spinning on gen, unbounded while the step it left still
  *   has tasks running (done < its ntasks) and for a bounded time after, then sleeping on the
  *   condition variable with `sleepers` raised; the caller signals only when sleepers > 0.
+ * - STORE_LOAD: the caller's store to gen and its load of busy (or sleepers), against a
+ *   worker's add to busy (or sleepers) and its load of gen, is Dekker's pattern, so each side
+ *   has a full fence between the two. C11's seq_cst store and load order them on hardware, but
+ *   qemu-user on an x86 host compiles aarch64's stlr and ldar to plain moves and lets the load
+ *   pass the store: there, without the fences, a worker entered a step while the caller rewrote
+ *   it (a lost GEMM tile, a hang). On x86 hardware the fence costs some 30 cycles a step.
  */
 #include "pool.h"
 
@@ -174,6 +180,7 @@ static void *worker_main(void *p)
         seen = g;
         tasks = 0;
         atomic_fetch_add(&t->busy, 1);
+        atomic_thread_fence(memory_order_seq_cst); /* busy's add before gen's load */
         if (atomic_load(&t->gen) == g && a->id < t->nthreads) {
             tasks = t->ntasks; /* only a step's own threads wait out its tail */
             take_tasks(t, t->fn, t->ctx, tasks, a->id);
@@ -252,6 +259,7 @@ void kime_parallel(int nthreads, int ntasks, kime_task_fn fn, void *ctx)
     unsigned g = atomic_load(&t->gen);
     if (!(g & 1u))
         atomic_store(&t->gen, ++g);
+    atomic_thread_fence(memory_order_seq_cst); /* gen's store before busy's load: see STORE_LOAD */
     for (unsigned n = 0; atomic_load(&t->busy) != 0; n++) {
         if (n < 4096)
             CPU_RELAX();
@@ -265,6 +273,7 @@ void kime_parallel(int nthreads, int ntasks, kime_task_fn fn, void *ctx)
     atomic_store(&t->next, 0);
     atomic_store(&t->done, 0);
     atomic_store(&t->gen, g + 1); /* open */
+    atomic_thread_fence(memory_order_seq_cst); /* gen's store before sleepers' load */
     if (atomic_load(&t->sleepers) > 0) {
         pthread_mutex_lock(&t->mu);
         pthread_cond_broadcast(&t->cv);
