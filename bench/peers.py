@@ -73,6 +73,9 @@ class PeerProcess:
     """`peer_worker.py` running under `python`, one request at a time."""
 
     def __init__(self, python: str):
+        # the worker starts in bench/, so a relative path is made absolute here (not resolved:
+        # a venv's python is a link that must stay one)
+        python = os.path.abspath(python) if os.sep in python else python
         self.python = python
         self._log = tempfile.NamedTemporaryFile(prefix="kime-bench-peer-", suffix=".log",
                                                 delete=False)
