@@ -155,13 +155,15 @@ def choose(result: Any, qid: Any, keys: Sequence[str], where: str, threshold: fl
 
 # --- guards -------------------------------------------------------------------------------------
 
-def score_violation_probability(answer: Dict[str, Any], levels: int = 0) -> float:
+def score_violation_probability(answer: Dict[str, Any], levels: int = 0,
+                                where: str = "Laya") -> float:
     """The probability that a `score` answer sits in the upper half of its scale (levels k//2..k-1).
 
-    From `probabilities` when it is a non-empty mapping whose in-range values all read as
-    numbers (numeric strings included, booleans not); otherwise the normalised expected level
-    `score / (k - 1)`, with `k` the mapping's size or `levels`, and 0.0 for an unusable score or
-    a scale under two levels (laya's rule; `screen` checks the numbers first).
+    From `probabilities` when it is a non-empty mapping that gives every upper level as a
+    number (numeric strings included, booleans not); otherwise the normalised expected level
+    `score / (k - 1)`, with `k` the mapping's size or `levels`. A scale under two levels has no
+    upper half: 0.0 (laya's rule). When neither reads, the answer is refused (`malformed`,
+    naming `where`), never read as 0.0, "no violation": a guard must fail closed.
     """
     probs = answer.get("probabilities")
     if not isinstance(probs, dict):
@@ -172,19 +174,19 @@ def score_violation_probability(answer: Dict[str, Any], levels: int = 0) -> floa
     if probs:
         total = 0.0
         for i in range(k // 2, k):
-            value = probs.get(str(i), 0.0)
+            value = probs.get(str(i))  # a level left out falls back to the score, not to 0
             if isinstance(value, bool):
                 break
             try:
-                total += float(value)
+                value = float(value)
             except (TypeError, ValueError):
                 break
+            if not math.isfinite(value):  # NaN would compare as "no violation"
+                break
+            total += value
         else:
             return total
-    score = answer.get("score", 0.0)
-    if not _real(score):
-        return 0.0
-    return score / (k - 1)
+    return answer_number(answer, "score", where) / (k - 1)
 
 
 def _guarded(qid: Any, question: Any, answer: Dict[str, Any], where: str
@@ -213,7 +215,7 @@ def _guarded(qid: Any, question: Any, answer: Dict[str, Any], where: str
                 raise malformed(where, "'probabilities' of %r must give levels %s, got %s"
                                 % (qid, wanted, sorted(probs)))
             probability_map(answer, wanted, where)
-        return kind, score_violation_probability(answer, levels)
+        return kind, score_violation_probability(answer, levels, where)
     return str(kind), 0.0
 
 

@@ -487,8 +487,19 @@ def test_score_violation_probability() -> None:
                                                 "score": 0.5}) == 0.5
     assert reading.score_violation_probability({"probabilities": [0.5], "score": 2.0},
                                                levels=5) == 0.5
-    assert reading.score_violation_probability({"score": True}, levels=3) == 0.0
     assert reading.score_violation_probability({"score": 1.0}, levels=1) == 0.0
+    # an upper level left out, or NaN, falls back to the score: never read as 0 ("no violation")
+    assert reading.score_violation_probability({"probabilities": {"0": 0.1, "1": 0.2, "3": 0.7},
+                                                "score": 3.0}) == pytest.approx(1.5)
+    assert reading.score_violation_probability({"probabilities": {"0": 0.1, "1": "nan"},
+                                                "score": 1.0}) == 1.0
+    # and with no score to fall back on, the answer is refused, naming the field and the server
+    for answer in ({"score": True}, {}, {"probabilities": {"0": 0.5, "1": None}},
+                   {"score": float("nan")}):
+        with pytest.raises(reading.MalformedDecision,
+                           match=r"^Malformed decision response from Laya server at http://h:1: "
+                                 r"'score' must be a finite number, got "):
+            reading.score_violation_probability(answer, 3, "Laya server at http://h:1")
 
 
 def test_the_malformed_refusals_name_where_and_what() -> None:
@@ -597,8 +608,12 @@ answers = st.dictionaries(st.sampled_from(["probabilities", "score", "noul", "ch
 @given(answers, st.integers(0, 6), st.floats(0, 1))
 def test_reading_any_answer_passes_only_a_complete_one_or_refuses_in_one_wording(
         answer: Dict[str, Any], levels: int, threshold: float) -> None:
-    value = reading.score_violation_probability(answer, levels)
-    assert isinstance(value, (int, float))
+    try:
+        value = reading.score_violation_probability(answer, levels)
+    except reading.MalformedDecision as e:  # neither its distribution nor its score reads
+        assert str(e).startswith(reading.MALFORMED_PREFIX + " from Laya: 'score' must be")
+    else:
+        assert isinstance(value, (int, float)) and not math.isnan(value)
     question = {"q": {"type": "noul", "instructions": "?"}}
     for call in (lambda: reading.answer_number(answer, "noul"),
                  lambda: reading.probability_map(answer, ["0", "1"]),
