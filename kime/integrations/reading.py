@@ -174,11 +174,11 @@ def score_violation_probability(answer: Dict[str, Any], levels: int = 0,
     if probs:
         total = 0.0
         for i in range(k // 2, k):
-            value = probs.get(str(i))  # a level left out falls back to the score, not to 0
-            if isinstance(value, bool):
+            raw: Any = probs.get(str(i))  # a level left out falls back to the score, not to 0
+            if raw is None or isinstance(raw, bool):
                 break
             try:
-                value = float(value)
+                value = float(raw)
             except (TypeError, ValueError):
                 break
             if not math.isfinite(value):  # NaN would compare as "no violation"
