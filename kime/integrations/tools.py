@@ -186,7 +186,7 @@ class LayaToolSelector(Controlled):
 
         chosen = answer.get("choice")
         conf = gate_confidence(answer)
-        raw_probs = answer.get("probabilities", {})
+        raw_probs = answer.get("probabilities")
         probabilities = _named_probabilities(raw_probs, lookup)
         if probabilities is None:
             if has_fallback:
@@ -227,6 +227,16 @@ class LayaToolSelector(Controlled):
             raise RuntimeError("Unknown or missing tool decision from Laya: choice %r not in "
                                "candidate tools." % (chosen,))
 
+        # A choice answer carries its distribution: a reply without one (or with a list) is
+        # not read as "no probabilities" (laya's {}), but refused, after the confidence and the
+        # choice, so a low or unknown pick keeps its own error.
+        if not isinstance(raw_probs, dict):
+            if has_fallback:
+                return self._fallback(
+                    "Malformed probability in decision answer; routed to fallback tool", result,
+                    conf, probabilities)
+            raise RuntimeError("Malformed probability in decision answer from Laya: %r"
+                               % (raw_probs,))
         index, tool, name = lookup[chosen]
         direct = index == -1
         return ToolRouteDecision(

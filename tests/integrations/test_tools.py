@@ -151,6 +151,19 @@ FAULTS = {
     "stub_choice-list_fallback": {"tool_name": "human", "is_fallback": True, "reason":
                                   "Unknown or missing tool decision ['tool_0']; routed to "
                                   "fallback tool"},
+    # a choice answer without its distribution (none, or a list) is malformed: raised, or the
+    # fallback (laya selects, reporting {})
+    **{"stub_%s" % name: {"error": {"type": "RuntimeError", "message":
+                                    "Malformed probability in decision answer from Laya: %s"
+                                    % shown}}
+       for name, shown in (("probabilities-list", "[0.5, 0.5]"),
+                           ("only-entropy-confidence", "None"), ("low-confidence", "None"),
+                           ("low_gated", "None"))},
+    **{"stub_%s_fallback" % name: {"tool_name": "human", "is_fallback": True, "reason":
+                                   "Malformed probability in decision answer; routed to "
+                                   "fallback tool"}
+       for name in ("probabilities-list", "only-entropy-confidence", "low-confidence",
+                    "direct")},
     # a min_confidence map: the runner's verdict (`low_confidence`) and the threshold it applied
     "min_confidence_map_flagged": {"error": {"type": "LayaLowConfidenceError", "message":
                                              "Laya tool selection confidence 0.424 is below "

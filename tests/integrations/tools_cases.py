@@ -293,17 +293,26 @@ def cases() -> List[Dict[str, Any]]:
     # the remote path: refusals before the request, a closed port, bodies gone wrong, a server
     add("remote_hooks", agent=None, kwargs={"base_url": "<closed>", "hooks": "<recorder>"})
     add("remote_closed", agent=None, kwargs={"base_url": "<closed>"})
+    # laya's fault per stub body, (without, with) a fallback tool
+    unhashable = "TypeError: unhashable list; kime reads it as an unknown choice"
+    undistributed = ("laya selects with no probabilities (a missing map or a list reads as {}); "
+                     "kime refuses the reply as malformed")
+    faults = {"choice-list": (unhashable, unhashable),
+              "probabilities-list": (undistributed, undistributed),
+              "only-entropy-confidence": (undistributed, undistributed),
+              "low-confidence": (undistributed, undistributed),
+              "direct": (None, undistributed)}  # without allow_direct_answer: an unknown choice
     for name in STUB_BODIES:
+        alone, fallback = faults.get(name, (None, None))
         add("stub_" + name, agent=None, kwargs={"base_url": "<stub>/" + name},
-            **({"laya_fault": "TypeError: unhashable list; kime reads it as an unknown choice"}
-               if name == "choice-list" else {}))
+            **({"laya_fault": alone} if alone else {}))
         add("stub_%s_fallback" % name, agent=None,
             kwargs={"base_url": "<stub>/" + name, "fallback_tool": {"str": "human: a person"},
                     "allow_direct_answer": name == "direct"},
-            **({"laya_fault": "TypeError: unhashable list; kime reads it as an unknown choice"}
-               if name == "choice-list" else {}))
+            **({"laya_fault": fallback} if fallback else {}))
     add("stub_low_gated", agent=None, kwargs={"base_url": "<stub>/low-confidence",
-                                              "confidence_threshold": 0.1})
+                                              "confidence_threshold": 0.1},
+        laya_fault=undistributed)
     add("serve", agent=None, kwargs={"base_url": "<serve>"})
     add("serve_controls", agent=None, state=CRASH,
         kwargs={"base_url": "<serve>", "model": "english", "max_len": 128, "lang": "en",
