@@ -28,6 +28,13 @@
 #define KIME_POOL 1
 #endif
 
+static inline long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 #ifdef KIME_POOL
 #include <pthread.h>
 #include <sched.h>
@@ -106,13 +113,6 @@ void kime_pool_set_spin_us(int us)
 }
 
 int kime_pool_threaded(void) { return 1; }
-
-static inline long long now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* Claims and runs tasks of the open step until none is left. */
 static inline void take_tasks(team *t, kime_task_fn fn, void *ctx, int ntasks, int tid)
@@ -313,15 +313,9 @@ typedef struct {
 static void probe_task(void *ctx, int task, int tid)
 {
     const probe_job *j = (const probe_job *)ctx;
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    const long long end = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec +
-                          (long long)j->busy_us[task] * 1000;
-    for (;;) {
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        if ((long long)ts.tv_sec * 1000000000LL + ts.tv_nsec >= end)
-            break;
-    }
+    const long long end = now_ns() + (long long)j->busy_us[task] * 1000;
+    while (now_ns() < end)
+        ;
     j->tids[task] = tid;
 }
 
