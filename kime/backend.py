@@ -12,6 +12,7 @@ implementations never import each other.
 from __future__ import annotations
 
 import enum
+import os
 from dataclasses import dataclass
 from typing import Optional, Protocol, Union
 
@@ -130,6 +131,17 @@ def cpu_count() -> int:
     """The default thread count: the CPUs this process may use (the affinity mask, capped by the
     cgroup CPU quota; `kime.cpus`), not the machine's total."""
     return cpu_budget().threads
+
+
+def cache_root() -> str:
+    """kime's on-disk cache directory: $KIME_CACHE, else $XDG_CACHE_HOME/kime, else
+    ~/.cache/kime. What a backend or its load keeps there (packed CPU weights, the CUDA
+    self-check's verdicts) gets a subdirectory of its own."""
+    root = os.environ.get("KIME_CACHE")
+    if not root:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(base, "kime")
+    return root
 
 
 class Backend(Protocol):

@@ -8,6 +8,7 @@ model graph's (`kime.graph`); this module only reads and checks the files.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
@@ -315,3 +316,32 @@ def load_checkpoint(path: str) -> Checkpoint:
     weights = load_weights(path, graph)
     return Checkpoint(path=path, config=cfg, encoder=enc, graph=graph, weights=weights,
                       tokenizer=tok)
+
+
+def fingerprint(path: str) -> str:
+    """What keys every record kime keeps on disk about the checkpoint at `path` (its packed CPU
+    weights, the CUDA self-check's verdict): a content fingerprint of `model.safetensors` that
+    costs milliseconds, not a full hash:
+    the header (every tensor's name, shape and offset), the size and modification time, and 64
+    KiB samples spread over the data. Two checkpoints that differ anywhere in their names or
+    shapes, or in the sampled bytes, get different keys, and so does a file rewritten in place
+    where no sample sees the change; the config files are hashed whole."""
+    h = hashlib.sha256()
+    weights = os.path.join(path, "model.safetensors")
+    # The samples see 64 KiB of the file, so its mtime keys it too: a tensor rewritten in place
+    # between two samples (an act-head bias is a few bytes) must not map the old pack, or the
+    # compiled path runs the old weights where the reference reads the new (issue 23), nor
+    # reuse a GPU verdict reached on the old weights.
+    st = os.stat(weights)
+    size = st.st_size
+    h.update(("%d %d" % (size, st.st_mtime_ns)).encode())
+    with open(weights, "rb") as f:
+        (header_len,) = struct.unpack("<Q", f.read(8))
+        h.update(f.read(header_len))
+        for i in range(64):
+            f.seek(8 + header_len + (size - 8 - header_len) * i // 64)
+            h.update(f.read(1024))
+    for name in ("rl_agent_config.json", os.path.join("encoder", "config.json")):
+        with open(os.path.join(path, name), "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()[:32]

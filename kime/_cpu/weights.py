@@ -15,7 +15,6 @@ graph (`kime.graph`); the entry names are the fields of the C model (`csrc/forwa
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import struct
@@ -26,7 +25,8 @@ from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import numpy as np
 
-from ..checkpoint import Checkpoint
+from ..backend import cache_root
+from ..checkpoint import Checkpoint, fingerprint
 from ..errors import warn_caller
 from ..graph import Block, Graph, Linear, Norm, rope_half_tables
 
@@ -97,38 +97,9 @@ class CpuSpec:
 
 
 def cache_dir() -> str:
-    """Where packed weights live: $KIME_CACHE, else $XDG_CACHE_HOME/kime, else ~/.cache/kime."""
-    root = os.environ.get("KIME_CACHE")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(base, "kime")
-    return os.path.join(root, "packed")
-
-
-def fingerprint(path: str) -> str:
-    """A content fingerprint of `model.safetensors` that costs milliseconds, not a full hash:
-    the header (every tensor's name, shape and offset), the size and modification time, and 64
-    KiB samples spread over the data. Two checkpoints that differ anywhere in their names or
-    shapes, or in the sampled bytes, get different keys, and so does a file rewritten in place
-    where no sample sees the change; the config files are hashed whole."""
-    h = hashlib.sha256()
-    weights = os.path.join(path, "model.safetensors")
-    # The samples see 64 KiB of the file, so its mtime keys it too: a tensor rewritten in place
-    # between two samples (an act-head bias is a few bytes) must not map the old pack, or the
-    # compiled path runs the old weights where the reference reads the new (issue 23).
-    st = os.stat(weights)
-    size = st.st_size
-    h.update(("%d %d" % (size, st.st_mtime_ns)).encode())
-    with open(weights, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        h.update(f.read(header_len))
-        for i in range(64):
-            f.seek(8 + header_len + (size - 8 - header_len) * i // 64)
-            h.update(f.read(1024))
-    for name in ("rl_agent_config.json", os.path.join("encoder", "config.json")):
-        with open(os.path.join(path, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:32]
+    """Where packed weights live: `packed/` under kime's cache directory (`kime.backend.cache_root`:
+    $KIME_CACHE, else $XDG_CACHE_HOME/kime, else ~/.cache/kime)."""
+    return os.path.join(cache_root(), "packed")
 
 
 def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
