@@ -13,7 +13,8 @@ from .answers import Answer, Response, Usage
 from .backend import Device, Memory, Precision
 from .engine import Kime, Timing
 from .errors import (BadDeviceOrdinal, BadOption, CheckpointError, CheckpointFileMissing,
-                     BackendError, CudaMismatch, CudaUnavailable, CupyMissing, InvalidArgument,
+                     BackendError, CudaMismatch, CudaSelfCheckFailed, CudaUnavailable, CupyMissing,
+                     InvalidArgument,
                      InvalidRequest,
                      KimeError, ModelNotFound, NoGpu, NonFiniteLogits, TokenizerError, TooLong,
                      Unsupported)
@@ -140,7 +141,7 @@ __all__ = [
     "PredictHook", "RLAgent",
     *_LAZY,
     "Agent", "Answer", "BackendError", "BadDeviceOrdinal", "BadOption", "CudaMismatch",
-    "CudaUnavailable", "Device", "Precision",
+    "CudaSelfCheckFailed", "CudaUnavailable", "Device", "Precision",
     "CupyMissing", "NoGpu", "CheckpointError", "CheckpointFileMissing", "GateReport",
     "InvalidArgument",
     "InvalidRequest", "Kime", "KimeError", "Memory", "ModelNotFound", "NonFiniteLogits", "Request",

@@ -27,6 +27,7 @@ from .checkpoint import Checkpoint, load_checkpoint
 from .errors import BadOption, InvalidArgument, problem, relocated
 from .executor import EMBED, Executor, RowOutput
 from .factory import Target, check_options, open_backend
+from .gpu_check import GpuCheck
 from .layout import Head, Job, Layouter, Row
 from .request import Questions, Request, validate
 from .scheduler import Scheduler
@@ -58,6 +59,11 @@ class Kime:
     (`kime.factory.check_options`); a layer above that has checked them already passes its
     `kime.factory.Target` as `device`.
 
+    On a GPU the engine answers nothing until a probe's answers there agree with the CPU's
+    (`kime.gpu_check`, kept per GPU, driver, libraries and checkpoint): where they do not,
+    `auto` runs on the CPU with one warning saying why, and `cuda`/`cuda:N` raises
+    `CudaSelfCheckFailed`. `gpu_check` holds the verdict.
+
     `answer_cache` bounds the rows whose raw outputs are kept (keyed by the row's token ids,
     markers and question type, so a hit is exactly what a forward pass would give) and
     `token_cache` the question heads kept laid out; 0 switches either off, and `cache=False`
@@ -80,8 +86,12 @@ class Kime:
         self.temperatures.warn()
         self.layouter = Layouter(self.checkpoint.tokenizer, cfg.max_len, cfg.head_max_len,
                                  token_cache, parallel=cfg.parallel)
-        self.backend: Backend = open_backend(self.checkpoint, target, threads,
-                                             preload=bool(preload))
+        opened = open_backend(self.checkpoint, target, threads, preload=bool(preload))
+        self.backend: Backend = opened.backend
+        self.gpu_check: Optional[GpuCheck] = opened.gpu_check
+        """The CUDA self-check this load ran or read (`kime.gpu_check`): on a GPU that passed
+        it, or on the CPU after one failed it; None where no GPU was opened or the check is
+        switched off (KIME_CUDA_SELFCHECK=0)."""
         self.executor = Executor(self.backend, answer_cache)
         self.scheduler = Scheduler(self.executor.run, budget=self.executor.max_batch_tokens,
                                    max_merge=max_merge)

@@ -118,6 +118,20 @@ class BadDeviceOrdinal(CudaUnavailable, BadOption):
     """`cuda:N` with N past the GPUs this machine has."""
 
 
+class CudaSelfCheckFailed(CudaUnavailable):
+    """The GPU answered kime's probe at load differently from the CPU backend's FP32, beyond
+    the precision's bound, or a probe row's bits changed between alone and in a batch, so it
+    answers nothing. `check` is the whole verdict (`kime.gpu_check.GpuCheck`): every output
+    outside its bound, the largest first."""
+
+    def __init__(self, message: str, check: object = None):
+        super().__init__(message)
+        self.check = check
+
+    def __reduce__(self) -> Tuple[Type["CudaSelfCheckFailed"], Tuple[str, object]]:
+        return (type(self), (str(self), self.check))
+
+
 class NonFiniteLogits(KimeError, FloatingPointError):
     """The model produced NaN or infinity: never turned into a probability."""
 

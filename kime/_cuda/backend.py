@@ -36,7 +36,7 @@ from ..buckets import BUCKETS, PRELOAD
 from ..checkpoint import Checkpoint
 from ..errors import BackendError, BadOption, Unsupported
 from ..graph import Linear, Norm, rope_half_tables
-from .device import open_cupy
+from .device import open_cupy, stack
 from .embed import EmbedMode
 from .gemm import Gemm, GemmCall
 from .kernels import Kernels, Launch, Parallel, capture
@@ -421,6 +421,16 @@ class CudaBackend:
     def memory(self) -> Memory:
         return Memory(weights=self.weights.nbytes,
                       plans=sum(p.nbytes for p in self._plans.values()))
+
+    def identity(self) -> Dict[str, str]:
+        """What this backend's bits depend on besides kime and the checkpoint: the GPU model, its
+        driver and libraries (`device.stack`), cuBLAS, and the numerics chosen at open."""
+        out = {"gpu": self.gpu_name, "arch": self.kernels, "precision": str(self.precision),
+               "cublas": self.gemm.version(), "graphs": str(self.graphs),
+               "attention": "mma" if self.compiled.use_mma else "simple",
+               "gemm_rows": str(self.gemm_rows)}
+        out.update(stack(self.cupy))
+        return out
 
     def describe(self) -> str:
         numerics = ("FP16 weights and activations, FP32 accumulation" if self.half

@@ -6,12 +6,13 @@ or libraries lack: install the other wheel), `NoGpu` (no driver or no device), a
 `BadDeviceOrdinal` (`cuda:N` past the GPUs there are). `probe` asks the same questions quietly,
 for `device="auto"`. `cupy_advice` tells `kime doctor` which CuPy wheel fits the NVIDIA driver,
 read without CuPy (the driver API, else `nvidia-smi`), so it helps before CuPy is installed.
+`stack` names the driver and library versions a GPU's arithmetic depends on.
 """
 from __future__ import annotations
 
 import re
 import sys
-from typing import Any, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ..errors import BadDeviceOrdinal, CudaMismatch, CudaUnavailable, CupyMissing, NoGpu
 
@@ -111,6 +112,38 @@ def _no_device(runtime: Any, where: str, error: BaseException) -> CudaUnavailabl
                             "up to %s (%s); %s" % (where, _cuda_version(runtime_version),
                                                    _cuda_version(driver), error, INSTALL))
     return NoGpu("%s: CUDA does not start (%s); use device='cpu'" % (where, error))
+
+
+def parse_driver_version(text: str) -> Optional[str]:
+    """The driver's version in /proc/driver/nvidia/version's banner ("... Kernel Module
+    550.54.15 ...", or "... Open Kernel Module for x86_64  535.104.05 ..."), or None."""
+    found = re.search(r"Kernel Module\s+(?:for \S+\s+)?(\d+(?:\.\d+)+)", text)
+    return found.group(1) if found else None
+
+
+def nvidia_driver() -> Optional[str]:
+    """The NVIDIA kernel driver's version (`550.54.15`), or None where it cannot be read (not
+    Linux, or no driver loaded)."""
+    try:
+        with open("/proc/driver/nvidia/version", encoding="utf-8", errors="replace") as f:
+            return parse_driver_version(f.read())
+    except OSError:
+        return None
+
+
+def stack(cupy: Any) -> Dict[str, str]:
+    """The software under kime that a GPU's arithmetic depends on: the NVIDIA driver, the CUDA
+    driver API and runtime it reports, and CuPy (the CUDA self-check's verdict is kept per
+    these). A version that cannot be read is "unknown", never an error."""
+    runtime = cupy.cuda.runtime
+    out = {"nvidia_driver": nvidia_driver() or "unknown", "cupy": str(cupy.__version__)}
+    for key, read in (("cuda_driver", runtime.driverGetVersion),
+                      ("cuda_runtime", runtime.runtimeGetVersion)):
+        try:
+            out[key] = _cuda_version(int(read()))
+        except Exception:
+            out[key] = "unknown"
+    return out
 
 
 def probe(ordinal: int = 0) -> Optional[str]:

@@ -56,6 +56,14 @@ class Gemm:
                             self._zero.ctypes.data, y, dt, n, self.compute_type,
                             CUBLAS_GEMM_DEFAULT)
 
+    def version(self) -> str:
+        """cuBLAS's version (120901 is 12.9.1), or "unknown": its kernels, and so the bits,
+        change with it."""
+        try:
+            return str(int(self._cublas.getVersion(self.handle)))
+        except Exception:
+            return "unknown"
+
     def call(self, x: Any, w: Any, y: Any, m: int, n: int, k: int, name: str,
              chunk: Optional[int] = None) -> "GemmCall":
         """The GEMM on these device arrays, bound for replay; in slices of `chunk` rows when

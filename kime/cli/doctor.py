@@ -111,11 +111,23 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
         lines.append(("cupy", "%s, %d GPU(s)%s" % (gpu["cupy"], gpu["devices"], why)))
     lines.append(("cupy for this driver", gpu["cupy_for_driver"]))
     lines += [("device='auto' runs on", gpu["auto"] + ("" if gpu["cuda0"] is None else
-                                                     " (cuda: %s)" % gpu["cuda0"]))]
+                                                     " (cuda: %s)" % gpu["cuda0"])),
+              ("cuda self-check", _self_check_line(gpu["self_check"]))]
     lines += [("packed-weight cache", caches["packed"]),
               ("hugging face cache", caches["hf_hub"] or "unknown"),
               ("HF_HUB_OFFLINE", "yes" if caches["hf_hub_offline"] else "no")]
     return lines
+
+
+def _self_check_line(check: Dict[str, Any]) -> str:
+    """Whether GPU loads check themselves, and the newest verdict kept (kime.gpu_check)."""
+    import time
+
+    state = "on at every GPU load" if check["enabled"] else "off (KIME_CUDA_SELFCHECK=0)"
+    if check["last"] is None:
+        return state + "; no verdict kept on this machine"
+    when = time.strftime("%Y-%m-%d %H:%M", time.localtime(check["last_at"]))
+    return "%s; last (%s): %s" % (state, when, check["last"])
 
 
 def _doctor(args: argparse.Namespace) -> int:

@@ -126,6 +126,9 @@ class Agent(HookRegistry, Answers):
             self.engine = Kime(directory, device=target, threads=threads,
                                answer_cache=answer_cache)
             self._owns_engine = True
+            check = self.engine.gpu_check
+            if fell_back is None and check is not None and not check.passed:
+                fell_back = check.summary()  # the GPU failed the self-check: the CPU answers
             if fell_back is not None:
                 self.cpu_fallback_count += 1
                 self.last_fallback_reason = fell_back
@@ -375,9 +378,10 @@ def load(model_id_or_path: Union[str, Kime] = DEFAULT_MODEL, device: Optional[st
     before any file is parsed.
 
     `device`: None/`auto` (a GPU when one runs here, else the CPU), `cpu`, `cuda`, `cuda:N`. A
-    GPU that cannot run here warns and the CPU answers, counted in `cpu_fallback_count` with
-    the reason in `last_fallback_reason`; so do `mps` and `xpu`, which kime does not run.
-    (`kime.Kime` refuses such a device instead.)
+    GPU that cannot run here, or that fails the CUDA self-check at load (`kime.gpu_check`),
+    warns and the CPU answers, counted in `cpu_fallback_count` with the reason in
+    `last_fallback_reason`; so do `mps` and `xpu`, which kime does not run. (`kime.Kime`
+    refuses such a device instead.)
 
     `lang_temperatures`, `calibration` (a file from `save_calibration`): see `Agent`. `hooks`,
     `on_predict_start`, `on_predict_end`, `hooks_raise`, `hooks_concurrent`, `hooks_timeout`:

@@ -4,6 +4,7 @@ device that cannot run here warns and falls back to the CPU, as `laya.load` does
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional, Tuple
 
 from ..backend import Device
@@ -66,15 +67,17 @@ def choose(device: Any, precision: Any = None, threads: Any = 0) -> Tuple[Target
     """The device and precision to open, checked once here where Laya's caller's strings enter
     (`kime.factory.check_options`), and why it is the CPU instead of what was asked (None when
     it is what was asked). The engine takes the `Target` as it is. A GPU that cannot run here
-    warns with Laya's message and the CPU answers; an unknown device or a bad precision/threads
-    is still refused, before any file of the checkpoint is read."""
+    warns with Laya's message and the CPU answers, and so does one that fails the CUDA
+    self-check at load (`Target.cpu_fallback`: Laya places a model it cannot place on the GPU
+    on the CPU, even when the GPU was asked for by name); an unknown device or a bad
+    precision/threads is still refused, before any file of the checkpoint is read."""
     asked, warning = requested(device)
     if warning is not None:
         warn_caller(warning)
         return check_options(asked, precision, threads), warning
     wanted = Device.parse(asked)
     try:
-        return check_options(wanted, precision, threads), None
+        return replace(check_options(wanted, precision, threads), cpu_fallback=True), None
     except CudaUnavailable as err:
         if isinstance(err, BadDeviceOrdinal):
             message = ("Warning: CUDA device %s not found (%s). Falling back to CPU."

@@ -112,6 +112,14 @@ class FakeCupy:
             def getDeviceCount() -> int:
                 return 1
 
+            @staticmethod
+            def driverGetVersion() -> int:
+                return 12090
+
+            @staticmethod
+            def runtimeGetVersion() -> int:
+                return 12090
+
         class _Memory:
             OutOfMemoryError = OutOfMemoryError
 
@@ -300,6 +308,9 @@ class FakeGemm:
     def __init__(self, cublas: Any, stream_ptr: int, half: bool, cupy: Optional[FakeCupy] = None):
         self.cupy = cupy
         self.half = half
+
+    def version(self) -> str:
+        return "120901"
 
     def call(self, x, w, y, m, n, k, name, chunk=None):
         def run() -> None:

@@ -25,7 +25,7 @@ ROOT = Path(kime.__file__).resolve().parent
 CORE = ("kime.engine", "kime.executor", "kime.scheduler", "kime.backend", "kime.factory",
         "kime.answers", "kime.calibration", "kime.request", "kime.layout", "kime.render",
         "kime.split", "kime.buckets", "kime.batch", "kime.graph", "kime.checkpoint", "kime.hub",
-        "kime.tokenizer", "kime.cache", "kime.errors")
+        "kime.tokenizer", "kime.cache", "kime.errors", "kime.gpu_check")
 BACKEND_MAY_IMPORT = {"kime.backend", "kime.graph", "kime.batch", "kime.buckets",
                       "kime.checkpoint", "kime.errors", "kime._version", "kime.layout"}
 
