@@ -205,6 +205,10 @@ def kime_bench(path: str, precision: str, workloads_out: str) -> Dict[str, Any]:
     t0 = time.perf_counter()
     agent = kime.load(path, device="cuda", precision=precision, answer_cache=0)
     load_s = time.perf_counter() - t0
+    check = agent.engine.gpu_check  # kime.load falls back to the CPU on a failed self-check
+    if check is not None and not check.passed:
+        raise RuntimeError("the CUDA self-check failed, so kime would run on the CPU: "
+                           + check.summary())
     built = build_workloads(path, agent.engine, names=WORKLOADS)
     workloads = {w.name: w.payload() for w in built}
     with open(workloads_out, "w", encoding="utf-8") as f:
@@ -213,6 +217,8 @@ def kime_bench(path: str, precision: str, workloads_out: str) -> Dict[str, Any]:
         res = measure(agent, workloads)
         res["device"] = agent.engine.device
         res["load_s"] = load_s
+        res["self_check"] = "off" if check is None else "%s (%.1f s, its CPU side %.1f s)" % (
+            check.summary(), check.seconds, check.cpu_seconds)
         res["memory"] = dataclasses.asdict(agent.engine.memory())
         res["rows"] = {w.name: w.rows_text() for w in built}
         return res
@@ -383,9 +389,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 key = "%s kime-%s" % (shape, precision)
                 try:
                     results[key] = kime_bench(ck, precision, workloads_json)
-                    lines.append("- kime %s: %s; loaded in %.1f s; memory %s; rows %s" % (
-                        precision, results[key]["device"], results[key]["load_s"],
-                        results[key]["memory"], results[key]["rows"]))
+                    lines.append("- kime %s: %s; loaded in %.1f s; self-check %s; memory %s; "
+                                 "rows %s" % (precision, results[key]["device"],
+                                              results[key]["load_s"], results[key]["self_check"],
+                                              results[key]["memory"], results[key]["rows"]))
                 except Exception as e:
                     results[key] = {"error": "%s: %s" % (type(e).__name__, str(e)[:200])}
                     lines.append("- kime %s failed:\n\n%s"
