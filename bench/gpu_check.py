@@ -34,28 +34,27 @@ def measure(path: str, threads: int = 0, repeat: int = 3) -> Dict[str, object]:
     decision and embedding tokens."""
     from kime.checkpoint import load_checkpoint
     from kime.factory import probe_cpu
-    from kime.gpu_check import pack_rows, probe_rows
+    from kime.gpu_check import cpu_answers, pack_rows, probe_rows
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ck = load_checkpoint(path)
     rows, embed = probe_rows(ck)
-    batches = [pack_rows(rows, False), pack_rows(embed, True)]
+    groups = [(pack_rows(rows, False), rows), (pack_rows(embed, True), embed)]
     opened: List[float] = []
     forward: List[float] = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         cpu = probe_cpu(ck, threads)
         t1 = time.perf_counter()
-        for batch in batches:
-            cpu.run(batch)
+        cpu_answers(groups, cpu)
         t2 = time.perf_counter()
         cpu.close()
         opened.append(t1 - t0)
         forward.append(t2 - t1)
     return {"open_s": statistics.median(opened), "forward_s": statistics.median(forward),
             "total_s": statistics.median(a + b for a, b in zip(opened, forward)),
-            "tokens": batches[0].tokens, "embed_tokens": batches[1].tokens,
+            "tokens": groups[0][0].tokens, "embed_tokens": groups[1][0].tokens,
             "backend": cpu.describe()}
 
 

@@ -3,14 +3,14 @@
 No test here runs on a real GPU, so a wrong tensor-core fragment layout, a cuBLAS kernel that
 reduces in another order for another batch size, or TF32 left on by a driver default would
 reach a user's probabilities silently. Before an engine on a GPU answers anyone, the factory
-runs a probe through the CUDA backend and through the CPU backend in FP32 on the same
-checkpoint and hands both here:
+hands its CUDA backend to `verify`, which runs a probe through it and through the CPU backend in
+FP32 on the same checkpoint:
 
 - every decision output of every probe row (option logits, option probabilities, act-head
   probabilities) and every embedding must lie within the precision's bound of the CPU's
   (`BOUNDS`: the bounds the CUDA backend is held to against Laya);
-- each row must give the same bits alone, in a batch with the others (padded, in a larger
-  plan) and when that batch's CUDA graph is replayed.
+- each row must give the same bits alone, in a batch with the others (padded; on ModernBERT
+  shapes a larger plan than a row alone takes) and when that batch's CUDA graph is replayed.
 
 The probe (`probe_rows`) has a row of each question type: a choice row longer than the local
 attention window (local and global layers both act on it), a score row, and a noul row short
@@ -18,9 +18,10 @@ enough for the smallest plan; they run together in one batch of rows of differen
 padded with copies of row 0. A parallel-layout checkpoint's rows are in that layout. Two
 embedding rows check the encoder-only mode the same way.
 
-The verdict is kept on disk per GPU model, driver, CUDA and CuPy versions, cuBLAS, the
-backend's numerics, kime's version and the checkpoint's fingerprint (`verify`), so a restart
-pays the probe once; a failed verdict is kept too, and refuses or falls back at once.
+A GPU that raises while it runs the probe fails too. The verdict is kept on disk per GPU model,
+driver, CUDA and CuPy versions, cuBLAS, the backend's numerics, kime's version and the
+checkpoint's fingerprint (`verify`), so a restart pays the probe once; a failed verdict is kept
+too, and refuses or falls back at once (one that raised is not: it says nothing lasting).
 `KIME_CUDA_SELFCHECK=0` skips the check. `last` reads the newest verdict, for `kime doctor`.
 """
 from __future__ import annotations
@@ -144,13 +145,17 @@ class GpuCheck:
     key: Dict[str, str] = field(repr=False)
     cached: bool = False
     """Read from an earlier run's record rather than run now."""
+    error: Optional[str] = None
+    """What the GPU raised when it ran the probe (it failed; such a verdict is not kept)."""
 
     def summary(self) -> str:
         """One line: passed or failed, where, and the largest deviation."""
         where = "%s (%s), %s, %s" % (self.device, self.gpu, label(self.precision),
                                      self.checkpoint)
+        if self.error is not None:
+            return "FAILED on %s: the probe raised %s" % (where, self.error)
         if self.worst is None:
-            return "%s on %s" % ("passed" if self.passed else "failed", where)
+            return "%s on %s" % ("passed" if self.passed else "FAILED", where)
         n = len(self.failures)
         head = "passed" if self.passed else "FAILED (%d output%s outside %s bound%s)" % (
             n, "s" if n > 1 else "", "their" if n > 1 else "its", "s" if n > 1 else "")
@@ -170,7 +175,8 @@ class GpuCheck:
                    failures=tuple(Deviation(**d) for d in data["failures"]),
                    seconds=float(data["seconds"]), cpu_seconds=float(data["cpu_seconds"]),
                    checked_at=float(data["checked_at"]),
-                   key={str(k): str(v) for k, v in data["key"].items()}, cached=cached)
+                   key={str(k): str(v) for k, v in data["key"].items()}, cached=cached,
+                   error=data.get("error"))
 
 
 def label(precision: str) -> str:
@@ -279,19 +285,20 @@ def _against_cpu(got: Dict[str, np.ndarray], want: Dict[str, np.ndarray], kind: 
     return found
 
 
-def compare(rows: Sequence[ProbeRow], embed: Sequence[ProbeRow], gpu: Backend, cpu: Backend,
-            bounds: Bounds) -> Tuple[List[Deviation], float]:
-    """Run the probe on both backends and measure every output: (deviations, the seconds the
-    CPU spent). The GPU runs each batch, then each row alone (a smaller plan), then the batch
-    again (its graph's replay)."""
+def cpu_answers(groups: Sequence[Tuple[Batch, Sequence[ProbeRow]]],
+                cpu: Backend) -> List[Outputs]:
+    """The CPU's outputs for each probe batch: what the GPU's are measured against."""
+    return [_copy(cpu.run(batch)) for batch, _ in groups]
+
+
+def compare(groups: Sequence[Tuple[Batch, Sequence[ProbeRow]]], wants: Sequence[Outputs],
+            gpu: Backend, bounds: Bounds) -> List[Deviation]:
+    """Run each probe batch on the GPU and measure every output against the CPU's (`wants`):
+    the batch, then each row alone (a smaller plan), then the batch again (its graph's
+    replay)."""
     found: List[Deviation] = []
-    cpu_seconds = 0.0
-    for group, is_embed in ((rows, False), (embed, True)):
-        batch = pack_rows(group, is_embed)
-        alone = [pack_rows([r], is_embed) for r in group]
-        t0 = time.perf_counter()
-        want = _copy(cpu.run(batch))
-        cpu_seconds += time.perf_counter() - t0
+    for (batch, group), want in zip(groups, wants):
+        alone = [pack_rows([r], batch.embed) for r in group]
         first = _copy(gpu.run(batch))
         singles = [_copy(gpu.run(b)) for b in alone]
         again = _copy(gpu.run(batch))
@@ -307,7 +314,7 @@ def compare(rows: Sequence[ProbeRow], embed: Sequence[ProbeRow], gpu: Backend, c
                                        _distance(one[name], together[name]), 0.0))
                 found.append(Deviation(name, probe.kind, BITS[1],
                                        _distance(replay[name], together[name]), 0.0))
-    return found, cpu_seconds
+    return found
 
 
 def _verdict(found: Sequence[Deviation]) -> Tuple[Optional[Deviation], Tuple[Deviation, ...]]:
@@ -373,19 +380,27 @@ def verify(ck: Checkpoint, gpu: Backend, identity: Mapping[str, str],
         return kept
     t0 = time.perf_counter()
     rows, embed = probe_rows(ck)
+    groups = [(pack_rows(rows, False), rows), (pack_rows(embed, True), embed)]
     cpu = open_cpu()
     try:
-        opened = time.perf_counter() - t0
-        found, cpu_forward = compare(rows, embed, gpu, cpu, BOUNDS[precision])
+        wants = cpu_answers(groups, cpu)  # a CPU that fails is not the GPU's failure: raised
     finally:
         cpu.close()
+    cpu_seconds = time.perf_counter() - t0
+    error = None
+    found: List[Deviation] = []
+    try:
+        found = compare(groups, wants, gpu, BOUNDS[precision])
+    except Exception as e:  # the GPU could not run the probe: it answers nothing either
+        error = "%s: %s" % (type(e).__name__, e)
     worst, failures = _verdict(found)
-    check = GpuCheck(passed=not failures, device=str(gpu.device),
+    check = GpuCheck(passed=error is None and not failures, device=str(gpu.device),
                      gpu="%s, %s" % (identity.get("gpu", "GPU"), identity.get("arch", "?")),
                      precision=precision, checkpoint=ck.path, worst=worst, failures=failures,
-                     seconds=time.perf_counter() - t0, cpu_seconds=opened + cpu_forward,
-                     checked_at=time.time(), key=key)
-    _write(path, check)
+                     seconds=time.perf_counter() - t0, cpu_seconds=cpu_seconds,
+                     checked_at=time.time(), key=key, error=error)
+    if error is None:  # a run that raised says nothing lasting about the numerics
+        _write(path, check)
     return check
 
 
@@ -404,33 +419,30 @@ def last() -> Optional[GpuCheck]:
 def fallback_warning(check: GpuCheck) -> str:
     """`auto`'s one warning: the largest deviation, where, the GPU, and that the CPU answers."""
     return ("kime: %s (%s) failed kime's CUDA self-check in %s, so this model runs on the CPU: "
-            "%s%s.%s Nothing was answered on the GPU. `kime doctor` shows the check; %s=0 skips "
-            "it." % (check.device, check.gpu, label(check.precision), _worst(check),
-                     _more(check), _kept(check), ENV))
+            "%s Nothing was answered on the GPU. `kime doctor` shows the check; %s=0 skips it."
+            % (check.device, check.gpu, label(check.precision), _because(check), ENV))
 
 
 def refusal(check: GpuCheck) -> str:
     """The message of `CudaSelfCheckFailed` for an explicit `cuda`/`cuda:N`."""
-    return ("device='%s': %s failed kime's CUDA self-check in %s: %s%s.%s Use device='cpu', "
-            "or device='auto', which falls back to the CPU; `kime doctor` shows the check, and "
+    return ("device='%s': %s failed kime's CUDA self-check in %s: %s Use device='cpu', or "
+            "device='auto', which falls back to the CPU; `kime doctor` shows the check, and "
             "%s=0 runs on the GPU unchecked." % (check.device, check.gpu,
-                                                 label(check.precision), _worst(check),
-                                                 _more(check), _kept(check), ENV))
+                                                 label(check.precision), _because(check), ENV))
 
 
-def _worst(check: GpuCheck) -> str:
-    return "no output was measured" if check.worst is None else check.worst.describe(
-        check.precision)
-
-
-def _more(check: GpuCheck) -> str:
-    more = len(check.failures) - 1
-    return " (and %d more outside their bounds)" % more if more > 0 else ""
-
-
-def _kept(check: GpuCheck) -> str:
-    if not check.cached:
-        return ""
-    return (" (The verdict of an earlier load, %s, kept for this GPU, driver, libraries and "
-            "checkpoint: delete %s to check again.)"
-            % (time.strftime("%Y-%m-%d %H:%M", time.localtime(check.checked_at)), records_dir()))
+def _because(check: GpuCheck) -> str:
+    """The largest deviation (or the error), how many more, and whether the verdict was kept."""
+    if check.error is not None:
+        text = "running the probe raised %s." % check.error
+    elif check.worst is None:
+        text = "no output was measured."
+    else:
+        more = len(check.failures) - 1
+        text = check.worst.describe(check.precision) + (
+            " (and %d more outside their bounds)." % more if more > 0 else ".")
+    if check.cached:
+        text += (" (The verdict of an earlier load, %s, kept for this GPU, driver, libraries and "
+                 "checkpoint: delete %s to check again.)" % (time.strftime(
+                     "%Y-%m-%d %H:%M", time.localtime(check.checked_at)), records_dir()))
+    return text

@@ -92,6 +92,15 @@ class SlotRope(FakeKernels):
                             parallel)
 
 
+class CrashingAttention(FakeKernels):
+    """An attention kernel that faults, as a wrong fragment layout can."""
+
+    def attention(self, qkv, lo, hi, n, d, heads, half_window, out, parallel=None):
+        def run() -> None:
+            raise RuntimeError("emulated: an illegal memory access was encountered")
+        return self._l("attention", run)
+
+
 class LeakyPadding(Layout):
     """A plan's padding that the batch's last row can see: its keys run on to the plan's end."""
 
@@ -286,6 +295,20 @@ def test_a_broken_act_head_names_the_act_output(emulated_gpu, tiny_path):
     with pytest.raises(kime.CudaSelfCheckFailed, match="act-head probabilities") as info:
         _engine(tiny_path, device="cuda:0", precision="f32")
     assert {d.output for d in info.value.check.failures} == {"act"}
+
+
+def test_a_gpu_that_cannot_run_the_probe_fails_it(emulated_gpu, tiny_path):
+    emulated_gpu(CrashingAttention)
+    with pytest.raises(kime.CudaSelfCheckFailed, match="illegal memory access") as info:
+        _engine(tiny_path, device="cuda")
+    assert info.value.check.error.startswith("RuntimeError: emulated")
+    assert _records() == []  # a run that raised is not a verdict to keep
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        engine = kime.Kime(str(tiny_path), device="auto", answer_cache=0)
+    ours = [str(w.message) for w in caught if "self-check" in str(w.message)]
+    assert len(ours) == 1 and "raised RuntimeError: emulated" in ours[0]
+    assert engine.device.startswith("cpu") and engine.gpu_check is not None
 
 
 @pytest.mark.slow
