@@ -34,8 +34,12 @@ TOL: Dict[str, Dict[str, float]] = {
 def _load(name: str, precision: str) -> kime.Agent:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return kime.load(str(GOLDENS / DATA["checkpoints"][name]["path"]), device="cuda",
-                         precision=precision)
+        agent = kime.load(str(GOLDENS / DATA["checkpoints"][name]["path"]), device="cuda",
+                          precision=precision)
+    # kime.load falls back to the CPU on a failed self-check: parity there would say nothing.
+    check = agent.engine.gpu_check
+    assert agent.engine.backend.device.kind == "cuda", check.summary() if check else "no check"
+    return agent
 
 
 @pytest.fixture(scope="module", params=["f16", "f32"])

@@ -409,6 +409,19 @@ def test_doctor_shows_the_last_verdict(emulated_gpu, tiny_path, capsys, monkeypa
     assert line is not None and "off (KIME_CUDA_SELFCHECK=0)" in line
 
 
+# --- on a GPU ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("precision", ["f16", "f32"])
+def test_the_self_check_passes_on_this_gpu(gpu, tiny_path, monkeypatch, tmp_path, precision):
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    monkeypatch.delenv(gpu_check.ENV, raising=False)
+    engine = _engine(tiny_path, device="cuda", precision=precision)
+    check = engine.gpu_check
+    assert check is not None and not check.cached
+    assert check.passed, check.summary()
+    print(check.summary())
+
+
 # --- the verdict's arithmetic ----------------------------------------------------------------
 
 def test_failures_against_the_cpu_come_before_bit_differences():
