@@ -254,7 +254,9 @@ EMBED_CASES = [c for c in embed_templates.DATA["embeddings"] if c["error"] is No
 @pytest.mark.parametrize("case", EMBED_CASES, ids=[c["id"] for c in EMBED_CASES])
 def test_the_engine_embeds_laya_rows_on_every_template(case, template_paths, monkeypatch):
     """`Kime.embed` on the emulated CUDA backend: the rows each tokenizer template frames, Laya's
-    vectors (tests/goldens/embed_templates.json), empty rows the zero vector."""
+    vectors (tests/goldens/embed_templates.json), empty rows the zero vector. The load's
+    self-check is off: it would probe each template's checkpoint (test_selfcheck.py tests it)."""
+    monkeypatch.setenv("KIME_CUDA_SELFCHECK", "0")
     fake = FakeCupy(None)
     monkeypatch.setattr(cuda_backend, "toolkit", lambda ordinal: (fake, None))
     monkeypatch.setattr(cuda_backend, "Kernels", FakeKernels)
