@@ -78,6 +78,8 @@ _LAZY = {
     "presets": ("kime.presets", None),
     "router": ("kime.router", None),
     "structured": ("kime.structured", None),
+    # laya's module paths served from kime (`import laya` after it): kime.shim.paths' table
+    "install_as_laya": ("kime.shim.paths", "install"),
 }
 """Laya's top-level names that `import kime` need not pay for: resolved on first use."""
 

@@ -16,6 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence
 from .errors import TokenizerError
 
 _ROLES = ("cls_token", "sep_token", "pad_token", "mask_token")
+SPECIAL_ROLES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
+                 "mask_token")
+"""transformers' special-token attributes, in its order (`all_special_tokens` lists them so)."""
+UNBOUNDED = int(1e30)
+"""transformers' `model_max_length` for a tokenizer whose config names none."""
 
 
 def _token_text(value: object) -> Optional[str]:
@@ -58,19 +63,18 @@ class Tokenizer:
         config = _read_json(os.path.join(directory, "tokenizer_config.json"))
         special_map = _read_json(os.path.join(directory, "special_tokens_map.json"))
         texts: Dict[str, str] = {}
-        missing: List[str] = []
-        for role in _ROLES:
+        for role in SPECIAL_ROLES:
             text = _token_text(config.get(role)) or _token_text(special_map.get(role))
-            if text is None:
-                missing.append(role)
-            else:
+            if text is not None:
                 texts[role] = text
+        missing = [role for role in _ROLES if role not in texts]
         if missing:
             raise TokenizerError(
                 "%s: %s not named in tokenizer_config.json or special_tokens_map.json; Laya's "
                 "layout needs all four of cls, sep, pad and mask" % (directory, ", ".join(missing)))
         ids: Dict[str, int] = {}
-        for role, text in texts.items():
+        for role in _ROLES:
+            text = texts[role]
             token_id = self._tok.token_to_id(text)
             if token_id is None:
                 raise TokenizerError("%s: the %s %r is not in the vocabulary of tokenizer.json"
@@ -84,6 +88,18 @@ class Tokenizer:
         self.vocab_size: int = self._tok.get_vocab_size(with_added_tokens=True)
         self.frame_tokens: int = self._tok.num_special_tokens_to_add(False)
         """How many special tokens the post-processor adds around one text (0: none)."""
+        self.special_texts: Dict[str, str] = texts
+        """Each special-token role the tokenizer's config names (`SPECIAL_ROLES`) -> its text."""
+        limit = config.get("model_max_length")
+        self.model_max_length: int = (limit if isinstance(limit, int) and
+                                      not isinstance(limit, bool) else UNBOUNDED)
+        """The config's `model_max_length`: where transformers cuts `truncation=True` alone."""
+
+    @property
+    def library(self) -> Any:
+        """The `tokenizers.Tokenizer` underneath, for callers that need the library's own API
+        (Laya's `Agent.tok`). Shared by every caller: never set its truncation or padding."""
+        return self._tok
 
     def encode(self, text: str) -> List[int]:
         """Token ids of `text` with no special tokens added."""

@@ -23,6 +23,7 @@ from ..engine import Kime
 from ..render import State
 from .calibration import Calibration
 from .call import agent_call
+from .common import build_sequence
 from .confidence import MinConfidence
 from .device import TorchLikeDevice, choose
 from .decider import Answers
@@ -32,7 +33,12 @@ from .options import ROUTING_HINTS, CallOptions, refuse_unread
 from .loading import (DEFAULT_MODEL, backend_name, builtin_alias, checkpoint_dir,
                       resolved_languages)
 from .revisions import verify_digests
+from .tok import LayaTokenizer
 
+_LAID_OUT = build_sequence
+"""`build_sequence` as kime's layout implements it: while `build_sequence` (this module's name,
+which is `laya.agent.build_sequence`) is this, Agents lay rows out with `kime.layout`, cached;
+rebound, they call it per question, as Laya's Agent does (`kime.laya.relaid`)."""
 
 Questions = Dict[Any, Dict[str, Any]]
 
@@ -137,6 +143,7 @@ class Agent(HookRegistry, Answers):
         self.calibration = Calibration(self.engine, lang_temperatures, calibration,
                                        model_id_or_path=self.model_id_or_path,
                                        subfolder=subfolder)
+        self._tok: Optional[LayaTokenizer] = None
 
     # --- Laya's attributes ------------------------------------------------------------------
 
@@ -144,6 +151,25 @@ class Agent(HookRegistry, Answers):
     def device(self) -> TorchLikeDevice:
         """Where the model runs, as a `torch.device` reads: `str(agent.device)`, `.type`."""
         return self._device
+
+    @property
+    def tok(self) -> LayaTokenizer:
+        """The checkpoint's tokenizer as Laya exposes it (a transformers fast tokenizer there):
+        call it for ids and masks, read `mask_token`, ...; see `kime.laya.tok`."""
+        if self._tok is None:
+            self._tok = LayaTokenizer(self.engine.layouter.tok, self.model_id_or_path)
+        return self._tok
+
+    @property
+    def answering(self) -> Any:
+        """The engine the call pipeline runs rows on: `engine`, unless `laya.agent.
+        build_sequence` was rebound, in which case rows are laid out by that function."""
+        bound = globals()["build_sequence"]
+        if bound is _LAID_OUT:
+            return self.engine
+        from .relaid import Relaid
+
+        return Relaid(self.engine, self.tok, bound)
 
     @property
     def cfg(self) -> Dict[str, Any]:

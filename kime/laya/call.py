@@ -71,6 +71,8 @@ class Answering(HookOwner, Protocol):
     @property
     def engine(self) -> Engine: ...
     @property
+    def answering(self) -> Engine: ...
+    @property
     def calibration(self) -> Calibrating: ...
 
 
@@ -195,7 +197,7 @@ def agent_call(agent: Answering, states: Any, questions: Any, options: CallOptio
                 conf = agent.calibration.answer_conf(options.lang)
                 answers = []
                 for chunk in chunks:
-                    responses = yield Infer(agent.engine, chunk, temps)
+                    responses = yield Infer(agent.answering, chunk, temps)
                     answers.extend(wire.result(r, conf) for r in responses)
             ctx.results = answers
     except GeneratorExit:

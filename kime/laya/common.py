@@ -1,32 +1,61 @@
-"""What `laya.common` exports at Laya's top level, over kime's modules and NumPy instead of
-torch: `render_options` on Laya's internal question dict (`{"t", "crit", "labels"}`, the form
-`Agent._to_internal` builds), and the two training signals `laya.train` uses, `proper_reward`
-and `td_lambda_targets`, computed in float32 as torch computes them. (`QTYPES`, `QTYPE_NAMES`
-and the option texts themselves are `kime.render`'s.)
+"""What `laya.common` exports, over kime's own rules and NumPy instead of torch.
+
+- the layout helpers Laya's agent lays rows out with, `build_sequence` and `build_head` (the
+  rules are `kime.layout`'s; they take Laya's internal question dict, `{"t", "ins", "crit",
+  "labels"}` as `Agent._to_internal` builds it, and a tokenizer: `Agent.tok`, or any
+  transformers-like one), `parallel_layout`, `render_options`, `serialize_state`,
+  `render_criterion`, `QTYPES`, `QTYPE_NAMES`;
+- the temperature rules (`kime.calibration`): `temp_bucket`, `clamp_temperature`, `TEMP_MIN`,
+  `TEMP_MAX`;
+- `collate_items`, Laya's padded batch of laid-out items, as NumPy arrays (Laya's are torch
+  tensors of the same dtypes and values);
+- the two training signals `laya.train` uses, `proper_reward` and `td_lambda_targets`,
+  computed in float32 as torch computes them.
+
+Laya's torch modules (`DecisionModel`, `build_model`, `parallel_option_masks`, `amp_dtype`)
+are not here: reading one raises `TorchOnly` (an ImportError) saying so, so
+`from laya.common import DecisionModel` fails with the reason instead of "cannot import name".
 """
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..calibration import TEMP_MAX, TEMP_MIN, clamp_temperature, temp_bucket
 from ..errors import InvalidArgument, InvalidRequest, problem
-from ..render import QTYPES, Question
+from ..layout import build_head as _lay_head
+from ..layout import build_row
+from ..layout import parallel_layout as _parallel_layout
+from ..render import QTYPE_NAMES, QTYPES, Question, render_criterion, serialize_state
 from ..render import render_options as _render_question
 
 _F32 = np.float32
+
+TORCH_ONLY = ("DecisionModel", "build_model", "parallel_option_masks", "amp_dtype")
+"""laya.common's torch modules and dtypes, which kime does not provide."""
+
+
+class TorchOnly(ImportError):
+    """A name of laya's that is a PyTorch module or dtype: kime has none to give."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in TORCH_ONLY:
+        raise TorchOnly("laya.common.%s is part of laya's PyTorch model, which kime does not "
+                        "provide: kime runs the checkpoint with its own forward (kime.load, "
+                        "Agent.predict). Train or inspect the torch model with the real laya, in "
+                        "an environment of its own." % name, name="laya.common")
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
 def _refuse(loc: List[Any], msg: str, value: Any) -> InvalidArgument:
     return InvalidArgument([problem(loc, msg, "type_error", value)])
 
 
-def render_options(q: Dict[str, Any]) -> List[str]:
-    """The option texts of an internal question dict, in option order (a noul's are always
-    [false, true]): `label` or `label: description` for a choice, `level i: description` for a
-    score, and the noul's two labels with their descriptions or Laya's defaults. A type other
-    than choice and score renders as a noul, as in Laya; `labels` is for nouls only."""
+def _question(q: Any, option_order: Optional[Sequence[int]] = None) -> Question:
+    """Laya's internal question dict as the `Question` kime's layout reads, checked."""
     if not isinstance(q, Mapping):
         raise _refuse(["q"], "q must be a dict with 't' and 'crit', got %s" % type(q).__name__, q)
     if "t" not in q:
@@ -51,8 +80,144 @@ def render_options(q: Dict[str, Any]) -> List[str]:
             raise _refuse(["q", "crit"], "a noul's crit must be a dict keyed 'false'/'true', got "
                           "%s" % type(crit).__name__, crit)
         crit = dict(crit)
-    question = Question(id="q", qtype=qtype, instructions="", crit=crit, labels=q.get("labels"))
-    return _render_question(question)
+    order = None if option_order is None else tuple(int(i) for i in option_order)
+    return Question(id="q", qtype=qtype, instructions=str(q.get("ins", "")), crit=crit,
+                    labels=q.get("labels"), order=order)
+
+
+def render_options(q: Dict[str, Any]) -> List[str]:
+    """The option texts of an internal question dict, in option order (a noul's are always
+    [false, true]): `label` or `label: description` for a choice, `level i: description` for a
+    score, and the noul's two labels with their descriptions or Laya's defaults. A type other
+    than choice and score renders as a noul, as in Laya; `labels` is for nouls only."""
+    return _render_question(_question(q))
+
+
+class _TransformersLike:
+    """A transformers-like tokenizer (`tok(text, add_special_tokens=False)["input_ids"]`,
+    `mask_token`, `cls_token_id`, ...) read as kime's layout reads its own `Tokenizer`."""
+
+    def __init__(self, tok: Any):
+        self.tok = tok
+        self.mask_text = tok.mask_token
+        self.mask_id, self.cls_id, self.sep_id = (tok.mask_token_id, tok.cls_token_id,
+                                                  tok.sep_token_id)
+
+    def encode(self, text: str) -> List[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def encode_many(self, texts: Sequence[str]) -> List[List[int]]:
+        return [self.encode(t) for t in texts]
+
+
+def _layout_tokenizer(tok: Any) -> Any:
+    """kime's own tokenizer behind `Agent.tok` (the fast path), else an adapter over `tok`."""
+    own = getattr(tok, "tokenizer", None)
+    if own is not None and hasattr(own, "encode_many") and hasattr(own, "mask_text"):
+        return own
+    return _TransformersLike(tok)
+
+
+def build_head(tok: Any, q: Dict[str, Any], head_max_len: int = 192,
+               option_order: Optional[List[int]] = None
+               ) -> Tuple[List[int], List[int], Dict[str, Any]]:
+    """The question half of a row, `[CLS] <type> instructions [SEP] [MASK] opt0 ... [SEP]`:
+    (ids, the [MASK] position of each option in `option_order`, the option stats
+    `build_sequence` returns), cut as Laya cuts crowded options and long instructions."""
+    head = _lay_head(_layout_tokenizer(tok), _question(q, option_order), head_max_len)
+    return list(head.ids), list(head.markers), {
+        "options": head.options, "options_distinct": head.options_distinct,
+        "tokens_per_option": head.tokens_per_option}
+
+
+def build_sequence(tok: Any, state: Any, q: Dict[str, Any], max_len: int = 512,
+                   head_max_len: int = 192, option_order: Optional[List[int]] = None,
+                   truncate_left: bool = False, state_ids: Optional[List[int]] = None,
+                   return_stats: bool = False, return_truncation_stats: bool = False,
+                   return_layout: bool = False) -> Tuple[Any, ...]:
+    """One question's row against a state, as Laya's `build_sequence` returns it: (ids,
+    markers), then the option stats (`return_stats`), the state's truncation stats
+    (`return_truncation_stats`: `state_tokens`, `state_tokens_used`, `state_tokens_dropped`,
+    `truncated`) and the parallel layout (`return_layout`: `position_ids`, `option_ids`).
+
+    The state fills what `max_len` leaves after the head, keeping its start, or its end with
+    `truncate_left`; `state_ids` (the state's ids, tokenized once for several questions) is used
+    instead of tokenizing `state`. kime's Agent calls this only when `laya.agent.build_sequence`
+    has been rebound; otherwise it lays rows out with the same rules, cached."""
+    kime_tok = _layout_tokenizer(tok)
+    head = _lay_head(kime_tok, _question(q, option_order), head_max_len)
+    if state_ids is None:
+        state_ids = kime_tok.encode(serialize_state(state).replace(kime_tok.mask_text, " "))
+    row = build_row(head, list(state_ids), max_len, bool(truncate_left), kime_tok.sep_id,
+                    parallel=bool(return_layout))
+    out: Tuple[Any, ...] = (list(row.ids), list(row.markers))
+    if return_stats:
+        out += ({"options": head.options, "options_distinct": head.options_distinct,
+                 "tokens_per_option": head.tokens_per_option},)
+    if return_truncation_stats:
+        out += ({"state_tokens": row.state_tokens, "state_tokens_used": row.state_tokens_used,
+                 "state_tokens_dropped": row.state_tokens_dropped,
+                 "truncated": row.state_tokens_used < row.state_tokens},)
+    if return_layout:
+        out += ({"position_ids": row.positions, "option_ids": row.option_ids},)
+    return out
+
+
+def parallel_layout(markers: List[int], head_len: int, length: int) -> Dict[str, List[int]]:
+    """Laya's parallel option layout of a row (`kime.layout.parallel_layout`), as Laya returns
+    it: `{"position_ids": [...], "option_ids": [...]}`."""
+    positions, option_ids = _parallel_layout(markers, head_len, length)
+    return {"position_ids": positions, "option_ids": option_ids}
+
+
+def collate_items(batch: Sequence[Sequence[Dict[str, Any]]], pad_id: int
+                  ) -> Optional[Dict[str, Any]]:
+    """Laya's padded batch of laid-out items (`{"ids", "markers", "qtype"}`, optionally
+    `"label"`, `"target"`, `"layout"`), groups flattened in order, as NumPy arrays where Laya
+    gives torch tensors of the same dtypes: `input_ids`, `attention_mask`, `marker_pos`,
+    `marker_mask`, `qtype`, `label` (-1 when absent), `meta` (each item's other keys), and
+    `target`, `position_ids`/`option_ids` when items carry them. None for no items."""
+    items = [it for group in batch for it in group]
+    if not items:
+        return None
+    n, width = len(items), max(len(it["ids"]) for it in items)
+    kmax = max(len(it["markers"]) for it in items)
+    ids = np.full((n, width), pad_id, dtype=np.int64)
+    att = np.zeros((n, width), dtype=np.int64)
+    mpos = np.zeros((n, kmax), dtype=np.int64)
+    mmask = np.zeros((n, kmax), dtype=bool)
+    has_target = any("target" in it for it in items)
+    target = np.zeros((n, kmax), dtype=np.float32) if has_target else None
+    for i, it in enumerate(items):
+        ids[i, :len(it["ids"])] = it["ids"]
+        att[i, :len(it["ids"])] = 1
+        k = len(it["markers"])
+        mpos[i, :k] = it["markers"]
+        mmask[i, :k] = True
+        if target is not None and "target" in it:
+            if len(it["target"]) > k:
+                raise ValueError("collate_items: item %d has %d target entries but only %d "
+                                 "marker positions; a target needs one entry per option"
+                                 % (i, len(it["target"]), k))
+            target[i, :len(it["target"])] = it["target"]
+    out: Dict[str, Any] = {
+        "input_ids": ids, "attention_mask": att, "marker_pos": mpos, "marker_mask": mmask,
+        "qtype": np.array([it["qtype"] for it in items], dtype=np.int64),
+        "label": np.array([it.get("label", -1) for it in items], dtype=np.int64),
+        "meta": [{k: it[k] for k in it if k not in ("ids", "markers", "target", "layout")}
+                 for it in items]}
+    if target is not None:
+        out["target"] = target
+    if any("layout" in it for it in items):
+        if not all("layout" in it for it in items):
+            raise ValueError("collate_items: some items carry a parallel layout and some do not")
+        pos = np.zeros((n, width), dtype=np.int64)
+        opt = np.zeros((n, width), dtype=np.int64)
+        for i, it in enumerate(items):
+            pos[i, :len(it["ids"])] = it["layout"]["position_ids"]
+            opt[i, :len(it["ids"])] = it["layout"]["option_ids"]
+        out["position_ids"], out["option_ids"] = pos, opt
+    return out
 
 
 def _array(name: str, value: Any) -> np.ndarray:
@@ -125,4 +290,7 @@ def td_lambda_targets(p_true: Any, batch: Dict[str, Any], lam: float = 1.0) -> n
     return target
 
 
-__all__ = ["proper_reward", "render_options", "td_lambda_targets"]
+__all__ = ["QTYPES", "QTYPE_NAMES", "TEMP_MAX", "TEMP_MIN", "TorchOnly", "build_head",
+           "build_sequence", "clamp_temperature", "collate_items", "parallel_layout",
+           "proper_reward", "render_criterion", "render_options", "serialize_state",
+           "td_lambda_targets", "temp_bucket"]
