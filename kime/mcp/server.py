@@ -294,3 +294,25 @@ def run(runner: Runner, transport: str = "stdio", host: str = "127.0.0.1", port:
         uvicorn.run(app, host=host, port=port, log_level=log_level)
     finally:
         runner.close()
+
+
+def main() -> None:
+    """`laya-mcp-server` (`laya.mcp.server.main`; also `python -m kime.mcp.server`): the tools
+    over stdio, configured by the environment alone, as laya's server is (`LAYA_MODELS`,
+    `LAYA_BASE_URL`, `LAYA_DEVICE`, ...): `kime mcp` without flags. A setting the environment
+    gets wrong ends the process with its message."""
+    from ..serve.settings import ConfigError, load_settings
+    from .runner import env_base_url, remote_key
+
+    try:
+        settings = load_settings({})
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
+    base_url = env_base_url()
+    runner = Runner(settings, base_url=base_url,
+                    api_key=remote_key(settings) if base_url else None)
+    run(runner, log_level=settings.log_level)
+
+
+if __name__ == "__main__":
+    main()

@@ -32,7 +32,8 @@ from . import schema, wire
 from .limits import MAX_BODY_BYTES
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import with_header_deadline
-from .served import served_for
+from .foreign import Foreign, is_foreign
+from .served import Served, served_for
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -55,7 +56,8 @@ class Service:
     def __init__(self, model: Union[Kime, Agent, Router], settings: Settings,
                  name: Optional[str] = None,
                  gather: Optional[Callable[[], Awaitable[bytes]]] = None):
-        self.served = served_for(model, settings, name)
+        self.served: Served = (Foreign(model, settings) if is_foreign(model)
+                               else served_for(model, settings, name))
         self.gather = gather
         self.settings = settings
         self.metrics = Metrics(self.served.engines, self.served.registered)
@@ -274,8 +276,10 @@ def create_app(model: Union[Kime, Agent, Router], settings: Optional[Settings] =
                gather: Optional[Callable[[], Awaitable[bytes]]] = None) -> Any:
     """The ASGI app over a loaded `kime.Kime` or `kime.laya.Agent` (served as `name`, else its
     model id), or over a `kime.laya.Router` (which routes every request and answers with
-    `routing`). The engines are closed when the app shuts down. `gather`, when given, is what
-    `/metrics` answers (a replica's: every replica's metrics); else the app's own."""
+    `routing`), or over any object with a Router's `predict`/`predict_batch`, answered through
+    them (`kime.serve.foreign`). The engines are closed when the app shuts down. `gather`,
+    when given, is what `/metrics` answers (a replica's: every replica's metrics); else the
+    app's own."""
     service = Service(model, settings or Settings(model=getattr(model, "model_id", [])), name,
                       gather)
     docs = service.open

@@ -115,6 +115,8 @@ def _top_module(module: types.ModuleType) -> None:
     kime = importlib.import_module("kime")
 
     def __getattr__(name: str) -> Any:
+        if name.startswith("__"):  # laya's own dunders are set below; kime's are not laya's
+            raise AttributeError("module 'laya' has no attribute %r" % name)
         if name in SUBMODULES:
             return importlib.import_module("laya." + name)
         if "laya." + name in REFUSED:  # `from laya import train` says why, as importing it does
