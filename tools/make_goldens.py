@@ -728,6 +728,7 @@ AREAS += ("goldens_agno.py",)  # issue 24: agno router and guardrail (integratio
 AREAS += ("goldens_parallel.py",)  # issue 26: a laya.train parallel-layout checkpoint (parallel.json)
 AREAS += ("goldens_embed_templates.py",)  # issue 37: embeddings on three tokenizer templates (embed_templates.json)
 AREAS += ("goldens_faults.py",)  # issue 38: where laya's guards and pickers fail open (integrations_faults.json)
+AREAS += ("goldens_ecosystem.py",)  # issue 52: Agent.tok, laya.common, a rebound build_sequence, laya --predict (ecosystem.json)
 
 
 def record_areas() -> List[str]:
