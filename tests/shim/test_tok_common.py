@@ -84,7 +84,7 @@ def test_common_helpers_equal_laya(named_agent):
     name, agent = named_agent
     want = ECOSYSTEM["common"][name]
     questions = _QUESTIONS
-    states = [s for s in (c["state"] for c in want["serialize_state"])]
+    states = [c["state"] for c in want["serialize_state"]]
     for case in want["serialize_state"]:
         assert common.serialize_state(case["state"]) == case["text"]
     for case in want["sequences"]:
