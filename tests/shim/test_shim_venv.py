@@ -16,7 +16,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import sysconfig
 import textwrap
 import time
