@@ -11,12 +11,12 @@ import pytest
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from kime.laya.router import Router  # noqa: E402
-from kime.serve import laya as laya_serve  # noqa: E402
-from kime.serve.foreign import is_foreign  # noqa: E402
+from kime.laya.router import Router
+from kime.serve import laya as laya_serve
+from kime.serve.foreign import is_foreign
 
-from ..paths import MULTILINGUAL_TINY, TINY  # noqa: E402
-from ..serve.test_server import Client, _deadline, _free_port  # noqa: E402
+from ..paths import MULTILINGUAL_TINY, TINY
+from ..serve.test_server import Client, _deadline, _free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore:kime. this checkpoint")]
 
