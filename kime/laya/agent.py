@@ -23,7 +23,6 @@ from ..engine import Kime
 from ..render import State
 from .calibration import Calibration
 from .call import agent_call
-from .common import build_sequence
 from .confidence import MinConfidence
 from .device import TorchLikeDevice, choose
 from .decider import Answers
@@ -35,10 +34,16 @@ from .loading import (DEFAULT_MODEL, backend_name, builtin_alias, checkpoint_dir
 from .revisions import verify_digests
 from .tok import LayaTokenizer
 
-_LAID_OUT = build_sequence
-"""`build_sequence` as kime's layout implements it: while `build_sequence` (this module's name,
-which is `laya.agent.build_sequence`) is this, Agents lay rows out with `kime.layout`, cached;
-rebound, they call it per question, as Laya's Agent does (`kime.laya.relaid`)."""
+
+
+def __getattr__(name: str) -> Any:
+    """`build_sequence` (`laya.agent.build_sequence`) reads as `kime.laya.common`'s until it is
+    rebound; loaded on first read, so `import kime` does not load laya.common."""
+    if name == "build_sequence":
+        from .common import build_sequence
+
+        return build_sequence
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 Questions = Dict[Any, Dict[str, Any]]
 
@@ -164,11 +169,14 @@ class Agent(HookRegistry, Answers):
     def answering(self) -> Any:
         """The engine the call pipeline runs rows on: `engine`, unless `laya.agent.
         build_sequence` was rebound, in which case rows are laid out by that function."""
-        bound = globals()["build_sequence"]
-        if bound is _LAID_OUT:
+        bound = globals().get("build_sequence")  # set only by rebinding it
+        if bound is None:
             return self.engine
+        from .common import build_sequence
         from .relaid import Relaid
 
+        if bound is build_sequence:
+            return self.engine
         return Relaid(self.engine, self.tok, bound)
 
     @property
