@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_every_mapped_path_names_a_kime_module_that_imports():
 
 def test_the_table_module_imports_only_the_standard_library():
     """The shim's .pth loads it by file at every interpreter start, with no kime around it."""
-    tree = ast.parse((ROOT / "kime" / "shim" / "paths.py").read_text(encoding="utf-8"))
+    tree = ast.parse(Path(paths.__file__).read_text(encoding="utf-8"))
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
