@@ -7,8 +7,9 @@ not load, 4 for a device or feature this machine cannot run, 5 for a precision g
 
 This module holds the parser and `main`; each command lives in its own module with an
 `add_commands(subparsers)` that declares its flags and handler (`decide`, `route`, `doctor`,
-`pull`, `convert`, `serve`, `mcp`, `gate`, `bench`, `shim` here; `score` and `calibrate` in
-`kime.jobs.cli`).
+`pull`, `convert`, `serve`, `mcp`, `gate`, `shim` here; `score` and `calibrate` in `kime.jobs.cli`).
+The benchmarks are not a command: they live in a source checkout's bench/ folder, which no wheel
+carries (`python -m bench` there).
 A command module imports what its handler runs only when it runs, so `kime --help` loads no
 engine.
 """
@@ -19,13 +20,13 @@ import sys
 from typing import List, Optional
 
 from .._version import __version__
-from . import bench, convert, decide, doctor, gate, mcp, pull, route, serve, shim
+from . import convert, decide, doctor, gate, mcp, pull, route, serve, shim
 from .exits import EXIT_DEVICE, EXIT_GATE, EXIT_MODEL, EXIT_OTHER, EXIT_USAGE, error_line, exit_code
 
 __all__ = ["EXIT_DEVICE", "EXIT_GATE", "EXIT_MODEL", "EXIT_OTHER", "EXIT_USAGE", "build_parser",
            "main"]
 
-_COMMANDS = (decide, route, doctor, pull, convert, serve, mcp, gate, bench, shim)
+_COMMANDS = (decide, route, doctor, pull, convert, serve, mcp, gate, shim)
 """The command modules, in the order `kime --help` lists them (the jobs' come last)."""
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from kime import cli
 
-from ..paths import ROOT, TINY
+from ..paths import TINY
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -206,18 +206,6 @@ def test_entry_point_help():
     proc = subprocess.run([sys.executable, "-m", "kime.cli", "--help"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and "doctor" in proc.stdout
-
-
-def test_bench_runs_a_bench_from_the_checkout(monkeypatch, capsys):
-    from kime.cli import main
-
-    monkeypatch.chdir(ROOT)
-    assert main(["bench", "--what", "reference", "--", "--help"]) == 0
-    import importlib.util
-
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert main(["bench"]) == 2
-    assert "source checkout" in capsys.readouterr().err
 
 
 def test_serve_flags_come_from_the_settings(capsys, monkeypatch):
