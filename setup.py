@@ -1,18 +1,15 @@
 """Builds kime's Cython kernels; all other metadata lives in pyproject.toml.
 
-OpenMP is optional, and it is the build's threads switch: the Cython kernels parallelise over
-rows with `prange`, and the C kernels run on kime's own pthreads pool (`csrc/pool.c`) when the
-build has OpenMP. Without it the same code runs on one thread with the same results. Whether
-the compiler supports OpenMP is probed with the very compiler setuptools is about to use, because
-a flag that works for `cc` on PATH may not work for the one distutils picked (Apple clang, MSVC,
-a cross compiler).
+No OpenMP: the C kernels run on kime's own pthreads pool (`csrc/pool.c`), whose thread count
+comes from the caller (kime.cpus) alone, so every build with POSIX threads (GCC, clang, Apple
+clang, a cross compiler) runs multi-threaded, and no wheel carries an OpenMP runtime. The build
+compiles and links with `-pthread`; MSVC builds run the pool's steps on the calling thread.
 
 The hand-written C kernels in `kime/_cpu/csrc/` are compiled once into one static library that
 every extension links (so each .so stays self-contained, as auditwheel wants), and the C files,
 then the extensions, compile in parallel: one job per CPU unless `build_ext -j N` says otherwise.
 
 Environment:
-  KIME_NO_OPENMP=1  build without OpenMP even when the compiler has it (tests use this path).
   KIME_DEBUG=1      turn Cython's boundscheck, wraparound and initializedcheck on.
   KIME_BUILD_JOBS=N compile with N jobs (default: the CPU count; `pip install .` passes no -j).
   KIME_LIMITED_API=0 build for this CPython only, not the stable ABI (default on 3.11+: abi3).
@@ -30,11 +27,9 @@ import multiprocessing
 import os
 import sys
 import sysconfig
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from glob import glob
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from Cython.Build import cythonize
@@ -42,7 +37,6 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 DEBUG = os.environ.get("KIME_DEBUG") == "1"
-NO_OPENMP = os.environ.get("KIME_NO_OPENMP") == "1"
 
 # The stable ABI's floor (see the module docstring) and the NumPy C API the extensions target,
 # which is pyproject's runtime floor: a wheel built against NumPy 2 then loads on 1.23 too.
@@ -76,11 +70,6 @@ def limited_api_macro(version: tuple[int, ...] = LIMITED_API_FLOOR) -> str:
 
 LIMITED_API = False if free_threaded() else limited_api()
 
-OPENMP_TEST = """
-#include <omp.h>
-int main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }
-"""
-
 if DEBUG:
     DIRECTIVES = {
         "language_level": 3,
@@ -97,22 +86,6 @@ else:
         "initializedcheck": False,
         "cdivision": True,
     }
-
-
-def openmp_flags(compiler: Any) -> list[str] | None:
-    """The OpenMP flags `compiler` accepts for a compile and a link, or None when it has none."""
-    flag = "/openmp" if compiler.compiler_type == "msvc" else "-fopenmp"
-    with tempfile.TemporaryDirectory(prefix="kime-openmp-") as tmp:
-        source = os.path.join(tmp, "probe.c")
-        with open(source, "w") as handle:
-            handle.write(OPENMP_TEST)
-        try:
-            objects = compiler.compile([source], output_dir=tmp, extra_postargs=[flag])
-            link_args = [] if compiler.compiler_type == "msvc" else [flag]
-            compiler.link_executable(objects, "probe", output_dir=tmp, extra_postargs=link_args)
-        except Exception:  # CompileError, LinkError, or a missing toolchain piece
-            return None
-    return [flag]
 
 
 CSRC = sorted(glob("kime/_cpu/csrc/*.c"))
@@ -159,8 +132,8 @@ def jobs() -> int:
 
 
 class BuildExt(build_ext):
-    """Adds optimisation and, where the compiler has it, OpenMP to every extension; compiles the C
-    kernels once into a static library the extensions link; builds in parallel."""
+    """Adds optimisation and POSIX threads to every extension; compiles the C kernels once into a
+    static library the extensions link; builds in parallel."""
 
     def finalize_options(self) -> None:
         super().finalize_options()
@@ -169,15 +142,10 @@ class BuildExt(build_ext):
 
     def build_extensions(self) -> None:
         msvc = self.compiler.compiler_type == "msvc"
-        compile_args = ["/O2"] if msvc else ["-O3"]
-        link_args: list[str] = []
-        flags = None if NO_OPENMP else openmp_flags(self.compiler)
-        if flags is None:
-            reason = "KIME_NO_OPENMP=1" if NO_OPENMP else "the compiler has no OpenMP"
-            print(f"kime: {reason}; building single-threaded kernels", file=sys.stderr)
-        else:
-            compile_args += flags
-            link_args += [] if msvc else flags
+        # -pthread at the link names libpthread where glibc < 2.34 keeps pthread_create, so the
+        # extensions' threads never rest on the interpreter having loaded it.
+        compile_args = ["/O2"] if msvc else ["-O3", "-pthread"]
+        link_args: list[str] = [] if msvc else ["-pthread"]
         stamp = self.flags_stamp("kime-build-flags.txt", compile_args + link_args)
         library = self.build_csrc(compile_args, stamp)
         # The C kernels do not depend on the Python ABI; only the extensions rebuild on a switch.
@@ -257,8 +225,8 @@ class BuildExt(build_ext):
         """A file rewritten only when the flags or directives change, listed as a dependency.
 
         build_ext skips an extension whose library is newer than its sources, so without this
-        switching KIME_NO_OPENMP, KIME_DEBUG or KIME_LIMITED_API, or editing CSRC_FLAGS, would keep
-        the old library.
+        switching KIME_DEBUG or KIME_LIMITED_API, or editing CSRC_FLAGS, would keep the old
+        library.
         """
         stamp = Path(self.build_temp) / name
         text = f"{flags}\n{sorted(DIRECTIVES.items())}\n{sorted(CSRC_FLAGS.items())}\n{extra}\n"

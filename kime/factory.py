@@ -179,7 +179,6 @@ def backend_report() -> dict[str, dict[str, object]]:
         cpu.update(kernels_report())
     except Exception as e:
         cpu["isa"] = None
-        cpu["openmp"] = None
         cpu["pool_spin_us"] = None
         cpu["error"] = "%s: %s" % (type(e).__name__, e)
     from ._cuda.device import cupy_advice, driver_cuda_version, installed_cupy, probe

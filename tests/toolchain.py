@@ -54,15 +54,16 @@ def build_program(compiler: str, machine: str, harness: Path, sources: Sequence[
                   out: Path, static: bool = False) -> "subprocess.Popen[bytes]":
     """Starts compiling a C test harness with the kernel `sources` (csrc file names), each with
     its own flags from setup.py as the extension build gives them, then linking `out`; -O3 and
-    OpenMP as setup.py's. The returned process's output is the compilers' log."""
+    -pthread as setup.py's (no OpenMP: the pool is pthreads). The returned process's output is
+    the compilers' log."""
     objects = out.parent / (out.name + ".objects")
     objects.mkdir(parents=True, exist_ok=True)
-    base = [compiler, "-O3", "-fopenmp", "-Wall", "-I", str(CSRC)]
+    base = [compiler, "-O3", "-pthread", "-Wall", "-I", str(CSRC)]
     steps = [base + ["-c", str(harness), "-o", str(objects / "harness.o")]]
     for name in sources:
         steps.append(base + csrc_flags(name, machine)
                      + ["-c", str(CSRC / name), "-o", str(objects / (name + ".o"))])
-    link = [compiler, "-fopenmp", *(step[-1] for step in steps), "-lm", "-o", str(out)]
+    link = [compiler, "-pthread", *(step[-1] for step in steps), "-lm", "-o", str(out)]
     link += ["-static"] if static else []
     script = " && ".join(shlex.join(step) for step in steps + [link])
     return subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

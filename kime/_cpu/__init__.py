@@ -1,1 +1,1 @@
-"""CPU backend: Cython kernels with optional OpenMP, and the NumPy reference forward pass."""
+"""CPU backend: Cython kernels over C on kime's own pthreads pool, and the NumPy reference."""

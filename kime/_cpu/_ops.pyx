@@ -4,28 +4,15 @@ Why these live here: NumPy has no `erf`, and Laya's encoder (ModernBERT) and sco
 erf GELU, so even the NumPy reference forward pass needs a compiled op for it. (The LayerNorm the
 forward pass runs is forward.c's, tested through `_forward.layer_norm`.)
 
-Determinism: every kernel splits work over rows only (`prange(..., schedule="static")`), so a
-row's output is the same bits at any thread count and whatever other rows share its batch.
+They run on the calling thread: only the NumPy reference calls them, and Cython's threads would
+be OpenMP's, which kime does not use (the forward pass's GELU is forward.c's, on kime's own
+pool). Each element is computed alone, so a row's output is the same bits whatever other rows
+share its batch.
 
 Each kernel is a nogil `cdef` function; the `def` wrappers check shapes, then drop the GIL. Every
-wrapper writes into `out` and returns None, so a plan can hand it preallocated arena buffers.
+wrapper writes into `out` and returns None, so a caller can hand it preallocated buffers.
 """
-from cython.parallel cimport prange
 from libc.math cimport erff
-
-cdef extern from *:
-    """
-    #ifdef _OPENMP
-    #include <omp.h>
-    static int kime_omp_max_threads(void) { return omp_get_max_threads(); }
-    static int kime_has_openmp(void) { return 1; }
-    #else
-    static int kime_omp_max_threads(void) { return 1; }
-    static int kime_has_openmp(void) { return 0; }
-    #endif
-    """
-    int kime_omp_max_threads() noexcept nogil
-    int kime_has_openmp() noexcept nogil
 
 # M_SQRT1_2 rounded to float once, as torch does (`scalar_t(M_SQRT1_2)`), so x * alpha is a float
 # product and not a double one.
@@ -39,58 +26,38 @@ cdef inline float _gelu(float v) noexcept nogil:
     return HALF * v * (ONE + erff(v * SQRT1_2))
 
 
-def omp_max_threads() -> int:
-    """Threads an OpenMP region would use by default; 1 when built without OpenMP."""
-    return kime_omp_max_threads()
-
-
-def has_openmp() -> bool:
-    """Whether this build runs `prange` loops on several threads."""
-    return kime_has_openmp() == 1
-
-
-cdef int _check_threads(int threads) except -1:
-    if threads < 1:
-        raise ValueError(f"threads must be at least 1, got {threads}")
-    return 0
-
-
-cdef int _gelu_rows(const float[:, ::1] x, float[:, ::1] out, int threads) except -1 nogil:
+cdef void _gelu_rows(const float[:, ::1] x, float[:, ::1] out) noexcept nogil:
     cdef Py_ssize_t i, j
     cdef Py_ssize_t n_cols = x.shape[1]
-    for i in prange(x.shape[0], schedule="static", num_threads=threads):
+    for i in range(x.shape[0]):
         for j in range(n_cols):
             out[i, j] = _gelu(x[i, j])
-    return 0
 
 
-cdef int _geglu_rows(const float[:, ::1] x, float[:, ::1] out, int threads) except -1 nogil:
+cdef void _geglu_rows(const float[:, ::1] x, float[:, ::1] out) noexcept nogil:
     cdef Py_ssize_t i, j
     cdef Py_ssize_t half = out.shape[1]
-    for i in prange(x.shape[0], schedule="static", num_threads=threads):
+    for i in range(x.shape[0]):
         for j in range(half):
             out[i, j] = _gelu(x[i, j]) * x[i, half + j]
-    return 0
 
 
-def gelu_erf(const float[:, ::1] x, float[:, ::1] out, int threads=1) -> None:
+def gelu_erf(const float[:, ::1] x, float[:, ::1] out) -> None:
     """out = GELU(x) with the exact erf, bit-for-bit torch's float32 formula; out may be x."""
-    _check_threads(threads)
     if out.shape[0] != x.shape[0] or out.shape[1] != x.shape[1]:
         raise ValueError(
             f"gelu_erf: out has shape ({out.shape[0]}, {out.shape[1]}), "
             f"x has ({x.shape[0]}, {x.shape[1]}); they must match"
         )
     with nogil:
-        _gelu_rows(x, out, threads)
+        _gelu_rows(x, out)
 
 
-def geglu(const float[:, ::1] x, float[:, ::1] out, int threads=1) -> None:
+def geglu(const float[:, ::1] x, float[:, ::1] out) -> None:
     """out[:, :m] = GELU(x[:, :m]) * x[:, m:] for x of width 2m: ModernBERT's MLP gate.
 
     Fusing the split saves materialising the two halves as copies.
     """
-    _check_threads(threads)
     if x.shape[1] % 2 != 0:
         raise ValueError(f"geglu: x must have an even number of columns, got {x.shape[1]}")
     if out.shape[0] != x.shape[0] or out.shape[1] != x.shape[1] // 2:
@@ -99,5 +66,5 @@ def geglu(const float[:, ::1] x, float[:, ::1] out, int threads=1) -> None:
             f"({x.shape[0]}, {x.shape[1] // 2}) for x of shape ({x.shape[0]}, {x.shape[1]})"
         )
     with nogil:
-        _geglu_rows(x, out, threads)
+        _geglu_rows(x, out)
 

@@ -44,7 +44,7 @@ def _pool(threads: int) -> concurrent.futures.ThreadPoolExecutor:
         pool = _pools.get(threads)
         if pool is None:
             pool = _pools[threads] = concurrent.futures.ThreadPoolExecutor(
-                max_workers=masters_for(threads), thread_name_prefix="kime-omp%d" % threads)
+                max_workers=masters_for(threads), thread_name_prefix="kime-master%d" % threads)
         return pool
 
 

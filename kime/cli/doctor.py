@@ -77,6 +77,16 @@ def doctor_report() -> Dict[str, Any]:
     return report
 
 
+def _pool_line(cpu: Dict[str, Any]) -> str:
+    """kime's own thread pool (no OpenMP): how its idle workers wait, or why it has no threads."""
+    if cpu.get("error"):
+        return "unavailable (the kernels did not load)"
+    if cpu.get("pool_spin_us") is None:
+        return "one thread (a build without POSIX threads)"
+    return ("kime's own (pthreads), tasks claimed; an idle worker spins %d us, then sleeps "
+            "(KIME_SPIN_US)" % cpu["pool_spin_us"])
+
+
 def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
     """The report as (key, value) lines for the text form."""
     cpu, gpu, caches = report["cpu"], report["gpu"], report["caches"]
@@ -98,10 +108,7 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
         lines.append(("cpu features", " ".join(cpu["cpu_features"])))
     lines += [("int8 kernels", int8),
               ("bf16 kernels", bf16),
-              ("openmp", {True: "yes", False: "no", None: "unknown"}[cpu["openmp"]]),
-              ("thread pool", "one thread" if cpu.get("pool_spin_us") is None else
-               "tasks claimed; an idle worker spins %d us, then sleeps (KIME_SPIN_US)"
-               % cpu["pool_spin_us"]),
+              ("thread pool", _pool_line(cpu)),
               ("threads (threads=0)", "%d: %s" % (cpu["threads"], cpu["threads_why"])),
               ("cpu backend", cpu["backend"])]
     why = " (%s)" % gpu["error"] if "error" in gpu else ""
@@ -148,8 +155,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
                          description="Print kime's and its dependencies' versions, the ISA kime's "
                          "kernels use on this CPU (capped by KIME_ISA) and the FP32, INT8 and "
-                         "BF16 kernels they run, OpenMP, the default "
-                         "thread count, CuPy and GPUs if present, the CuPy wheel that fits the "
-                         "NVIDIA driver, and the cache directories.")
+                         "BF16 kernels they run, the thread pool, the default thread count, "
+                         "CuPy and GPUs if present, the CuPy wheel that fits the NVIDIA driver, "
+                         "and the cache directories.")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")
     doc.set_defaults(run=_doctor)

@@ -1,4 +1,4 @@
-"""Forward passes run on process-wide OpenMP master threads (kime/_cpu/masters.py): however many
+"""Forward passes run on process-wide master threads (kime/_cpu/masters.py): however many
 engines and callers a process has, the masters never outnumber what the CPUs hold, answers are
 the same bits, and a caller only returns once its forward pass is over."""
 from __future__ import annotations
@@ -28,8 +28,8 @@ def _engine(path: Path, **kw) -> "kime.Agent":
         return kime.load(str(path), device="cpu", answer_cache=0, **kw)
 
 
-def _omp_masters(threads: int) -> list:
-    return [t for t in threading.enumerate() if t.name.startswith("kime-omp%d_" % threads)]
+def _masters(threads: int) -> list:
+    return [t for t in threading.enumerate() if t.name.startswith("kime-master%d_" % threads)]
 
 
 def test_many_engines_and_callers_share_few_masters(tiny_path):
@@ -57,7 +57,7 @@ def test_many_engines_and_callers_share_few_masters(tiny_path):
     for s, answers in got.items():
         for a in answers:
             assert a == want[s]
-    assert 1 <= len(_omp_masters(2)) <= masters_for(2)
+    assert 1 <= len(_masters(2)) <= masters_for(2)
 
 
 def test_one_thread_runs_on_the_caller():

@@ -1,6 +1,6 @@
 /* A C check of the aarch64 INT8 and BF16 GEMMs (csrc/qgemm.c, csrc/bgemm.c), for a cross
  * compiler and qemu-user before (or beside) an arm64 Python: test_harness_arm64.py builds it with
- * `aarch64-linux-gnu-gcc -O3 -static -fopenmp` against the kernel sources and runs it under
+ * `aarch64-linux-gnu-gcc -O3 -static -pthread` against the kernel sources and runs it under
  * qemu-aarch64-static once per QEMU_CPU model, so every dispatch branch runs.
  *
  * INT8, on every impl the CPU runs (KIME_QGEMM forces each): the raw INT32 sums equal an integer

@@ -1,6 +1,6 @@
 """The aarch64 attention (NEON tile and softmax), RoPE and LayerNorm (NEON norm_row) from an x86-64
 host: arm64_attention_harness.c is cross-compiled with the kernel sources
-(`aarch64-linux-gnu-gcc -O3 -static -fopenmp`) and run under qemu-user once per CPU model
+(`aarch64-linux-gnu-gcc -O3 -static -pthread`) and run under qemu-user once per CPU model
 (cortex-a57: NEON only; neoverse-n1: + dotprod; max with SME off: up to bf16), and built natively
 for comparison with KIME_ISA=avx2. Skipped where the cross compiler or qemu is missing, and on
 aarch64 itself, where test_attention.py and test_attention_parallel.py force every level.
@@ -66,7 +66,6 @@ def binaries(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
 def _run(binary: Path, cpu: str | None = None, isa: str | None = None
          ) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("KIME_ISA", "QEMU_CPU")}
-    env["OMP_NUM_THREADS"] = "3"
     if isa is not None:
         env["KIME_ISA"] = isa
     cmd = [str(binary)]

@@ -61,7 +61,6 @@ def binaries(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
 def _run(binary: Path, *args: str, cpu: str | None = None, isa: str | None = None,
          timeout: float = 900) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("KIME_ISA", "QEMU_CPU")}
-    env["OMP_NUM_THREADS"] = "2"
     if isa is not None:
         env["KIME_ISA"] = isa
     cmd = [str(binary), *args]

@@ -1,6 +1,7 @@
 """setup.py builds the C kernels once and in parallel (issue 25): each extension holds only its
 Cython module and links one static library of `kime/_cpu/csrc/*.c`; the job count comes from
-KIME_BUILD_JOBS or the CPUs. Skipped outside a source checkout (the wheel run)."""
+KIME_BUILD_JOBS or the CPUs. The build has no OpenMP and still runs multi-threaded (issue 54).
+Skipped outside a source checkout (the wheel run)."""
 from __future__ import annotations
 
 import importlib.util
@@ -153,7 +154,35 @@ def test_bad_kime_build_jobs_is_refused_by_name(setup_py, value):
             os.environ["KIME_BUILD_JOBS"] = old
 
 
+# The pool's probe on two threads, until the worker has run a task (the caller may take every
+# task of a step before its worker wakes): prints whether the build is threaded and who ran tasks.
+THREADS_PROBE = """
+import numpy as np
+from kime._cpu import _forward
+print("threaded" if _forward.pool_threaded() else "one-thread")
+tids = np.full(64, -1, np.int32)
+for _ in range(50):
+    tids[:] = -1
+    _forward.pool_probe(np.full(64, 200, np.int32), tids, 2)
+    if 1 in tids:
+        break
+print(",".join(map(str, sorted(set(tids.tolist())))))
+"""
+
+
+def _needed(path: Path) -> list[str]:
+    """The shared libraries an ELF file names (DT_NEEDED)."""
+    from elftools.elf.dynamic import DynamicSection  # pyelftools: auditwheel's, in kime[dev]
+    from elftools.elf.elffile import ELFFile
+
+    with open(path, "rb") as f:
+        return [tag.needed for section in ELFFile(f).iter_sections()
+                if isinstance(section, DynamicSection)
+                for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED"]
+
+
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # four builds of a copy: minutes on a loaded 2-core machine
 def test_build_compiles_each_c_file_once(tmp_path):
     """A real build of a copy: each csrc/*.c is compiled exactly once, into the static library,
     and a second build compiles nothing."""
@@ -183,6 +212,15 @@ def test_build_compiles_each_c_file_once(tmp_path):
         assert len(compiles) == 1, (c.name, compiles)
     built = list((copy / "kime/_cpu").glob("_*.so"))
     assert len(built) == len(list((copy / "kime/_cpu").glob("*.pyx")))
+    # No OpenMP (issue 54): nothing compiles or links with it, no extension needs its runtime,
+    # and this build's kernels still run a step's tasks on two threads (kime's own pool).
+    assert "-fopenmp" not in log and "-pthread" in log
+    for so in built:
+        needed = _needed(so)
+        assert not [n for n in needed if n.startswith(("libgomp", "libomp", "libiomp"))], needed
+    threads = subprocess.run([sys.executable, "-c", THREADS_PROBE], cwd=copy, capture_output=True,
+                             text=True, timeout=120)
+    assert threads.stdout.split() == ["threaded", "0,1"], threads.stdout + threads.stderr[-2000:]
     again = build()
     assert "kime/_cpu/csrc/" not in again.replace("-Ikime/_cpu/csrc", "")
     if sys.version_info < (3, 11):

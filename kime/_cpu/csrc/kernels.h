@@ -7,7 +7,7 @@
  * which tile of a GEMM it falls in).
  *
  * Threads: each kernel takes `nthreads` and runs its steps as tasks of kime's pool (pool.h), or
- * serially when kime is built without OpenMP. Kernels never allocate; callers pass scratch.
+ * serially where the pool has no threads (pool.h). Kernels never allocate; callers pass scratch.
  */
 #ifndef KIME_KERNELS_H
 #define KIME_KERNELS_H

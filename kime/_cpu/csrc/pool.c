@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-#if defined(_OPENMP) && !defined(_WIN32)
+#if !defined(_WIN32)
 #define KIME_POOL 1
 #endif
 

@@ -16,8 +16,8 @@
  *
  * Teams. Each thread that calls kime_parallel gets a team of workers of its own, created on its
  * first call (kime._cpu.masters keeps those callers few). A forked child starts new teams.
- * Without the build's threads switch (_OPENMP, KIME_NO_OPENMP=1 turns it off) every step runs
- * on the caller, in task order.
+ * The pool needs POSIX threads and nothing else (no OpenMP); without them (Windows) every step
+ * runs on the caller, in task order.
  */
 #ifndef KIME_POOL_H
 #define KIME_POOL_H
