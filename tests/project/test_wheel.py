@@ -4,8 +4,9 @@ Skipped unless KIME_WHEEL names the wheel (tools/build_wheel.sh prints its path)
 the Python running these tests. `.ci/run` installs it into a fresh virtual environment with no
 compiler on PATH and runs the whole suite from a copy of tests/ outside the source tree, so every
 test exercises the wheel; this file checks what only a wheel can get wrong: that the import is the
-installed package, that it carries exactly its files, that the bundled OpenMP runtime loads, and
-that the console script works under each ISA cap, with and without the serve extra.
+installed package, that it carries exactly its files (no OpenMP runtime: the kernels run on
+kime's own pthreads pool), that its kernels run on several threads, and that the console script
+works under each ISA cap, with and without the serve extra.
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-import time
 from importlib import metadata
 from pathlib import Path
 
@@ -100,8 +100,8 @@ def test_installed_files_are_exactly_the_runtime():
     for module in ("_attention", "_bgemm", "_forward", "_gemm", "_ops", "_qgemm"):
         assert "kime/_cpu/%s.pyi" % module in files
         assert any(f.startswith("kime/_cpu/%s.%s" % (module, ext)) for f in package), module
-    assert any(f.startswith("kime.libs/libgomp") for f in files), "no bundled OpenMP runtime"
-    assert not any(f.startswith(("tests/", "bench/", "build/")) for f in files)
+    assert not any(f.startswith(("tests/", "bench/", "build/", "kime.libs/")) for f in files), (
+        "the wheel bundles what it should not (an OpenMP runtime, tests, benches): %s" % files)
 
 
 def test_no_compiler_on_path():
@@ -116,23 +116,36 @@ def test_no_compiler_on_path():
         assert done.returncode != 0, "%s works on PATH; the wheel test needs no compiler" % name
 
 
-def test_openmp_comes_from_the_bundled_runtime():
-    from kime._cpu import _ops
+def test_the_kernels_run_on_several_threads_without_openmp():
+    """The wheel's kernels run on kime's own pool: a two-thread step runs tasks on a worker, and
+    no OpenMP runtime is loaded for it (none is in the wheel, none is linked)."""
+    import numpy as np
 
-    assert _ops.has_openmp()
+    from kime._cpu import _forward
+
+    assert _forward.pool_threaded()
+    tids = np.full(64, -1, np.int32)
+    for _ in range(50):  # the caller may take every task of a step before the worker wakes
+        tids[:] = -1
+        _forward.pool_probe(np.full(64, 200, np.int32), tids, 2)
+        if 1 in tids:
+            break
+    assert set(tids.tolist()) == {0, 1}, tids
     maps = Path("/proc/self/maps")
     if maps.is_file():
-        assert "kime.libs/libgomp" in maps.read_text()
+        assert not [line for line in maps.read_text().splitlines()
+                    if "libgomp" in line or "libomp" in line]
 
 
-def test_import_time():
-    base = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "pass"], check=True)
-    bare = time.perf_counter() - base
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "import kime"], check=True)
-    took = time.perf_counter() - start - bare
-    assert took < 3.0, "import kime took %.2f s from the wheel" % took
+def test_import_kime_loads_no_backend_or_server():
+    """`import kime` stays light from the wheel: no compiled backend, no HTTP stack, no CuPy or
+    Ray until used (what the import loads, not how long it takes: that depends on the disk and
+    the load)."""
+    done = subprocess.run([sys.executable, "-c", "import sys, kime; print(sorted(m for m in "
+                           "sys.modules if m.split('.')[0] in {'fastapi', 'uvicorn', 'cupy', "
+                           "'ray', 'torch'} or m.startswith('kime._cpu._')))"],
+                          capture_output=True, text=True, check=True)
+    assert done.stdout == "[]\n", "import kime loads: " + done.stdout
 
 
 def test_version_from_the_console_script():
@@ -150,17 +163,16 @@ def test_doctor_decide_under_each_isa(checkpoint, questions_file):
     native = json.loads(done.stdout)["cpu"]["isa"]
     results = {}
     for cap in (None, "avx2", "portable"):
-        start = time.perf_counter()
         done = kime_cli("doctor", "--json", isa=cap)
         assert done.returncode == 0, done.stderr
         cpu = json.loads(done.stdout)["cpu"]
         expected = native if cap is None else min(native, cap, key=ISA_ORDER.index)
-        assert (cpu["isa"], cpu["openmp"], cpu.get("error")) == (expected, True, None)
+        assert (cpu["isa"], cpu.get("error")) == (expected, None)
+        assert cpu["pool_spin_us"] is not None, "the wheel's kernels run on one thread"
         done = kime_cli("decide", "--model", str(checkpoint), "--device", "cpu", "--compact",
                         "--state", "I was charged twice, please refund one.",
                         "--questions", str(questions_file), isa=cap)
         assert done.returncode == 0, done.stderr
-        assert time.perf_counter() - start < 60
         results[cap] = json.loads(done.stdout)
     base = results[None]
     assert list(base["answers"]) == list(QUESTIONS)
