@@ -6,10 +6,10 @@
 #
 # A fresh venv; every C/C++ compiler on PATH shadowed by a script that fails; only binary wheels
 # (`--only-binary :all:`, so nothing can be built either). First without the serve extra (its
-# tests in tests/project/test_wheel.py only), then with it (under KIME_ISA=avx2: the fast tier,
-# and the slow tests of the kernels, the engine core and the Laya layer), each from a copy of tests/
-# (and bench/, which some tests drive) outside the repository, so `import kime` can only find the
-# installed wheel. PYTHON picks the interpreter for the venv (default: python3).
+# tests in tests/project/test_wheel.py only), then with it (under KIME_ISA=avx2: the kernels, the
+# engine core and the wheel's answers, fast and slow, and a smoke of each surface), each from a
+# copy of tests/ outside the repository, so `import kime` can only find the installed wheel.
+# PYTHON picks the interpreter for the venv (default: python3).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -31,7 +31,6 @@ install() { python -m pip install -q --disable-pip-version-check --only-binary :
 
 mkdir "$work/src"
 cp -r tests "$work/src/tests"
-[[ -d bench ]] && cp -r bench "$work/src/bench"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 cd "$work/src"
 
@@ -48,16 +47,19 @@ print("kime %s from %s; import kime: %.2f s" % (kime.__version__, kime.__file__,
 EOF
 KIME_WHEEL="$wheel" python -m pytest -q -p no:cacheprovider tests/project/test_wheel.py
 
-echo "== the wheel with the serve extra: the suite's kernel-facing part from the installed package"
+echo "== the wheel with the serve extra: what depends on the build, from the installed package"
 install "kime[dev,serve] @ file://$wheel"
 python -c 'import kime; print("kime from", kime.__file__)'
-# The other kernel path and BLAS: the first run (.ci/run's editable one, the whole suite) has the
-# machine's environment as it is (AVX-512 here, this workplace's OPENBLAS_CORETYPE); this one caps
-# kime at AVX2 and lets OpenBLAS pick its own kernel, so both paths pass on every stop. It runs
-# the fast tier whole, and of the slow tests those of the kernels and the engine core (parity
-# goldens, determinism, the parallel layout), which depend on the kernel path; the slow servers,
-# integrations, jobs and Ray tests are the same Python at every ISA and ran in the first run.
-echo "== with KIME_ISA=avx2 and OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE unset"
-avx2() { KIME_WHEEL="$wheel" KIME_ISA=avx2 env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$@"; }
-avx2 python -m pytest -q -p no:cacheprovider -ra -m "not slow" tests
-avx2 python -m pytest -q -p no:cacheprovider -ra -m slow tests/kernels tests/core tests/laya
+# The suite runs once, in .ci/run's editable run, on this machine's own level (AVX-512 here). This
+# run caps kime at AVX2 and runs from the wheel only what the build or the instruction set can
+# change: the kernels and the engine core, fast and slow (the parity goldens, determinism, the
+# parallel layout, the output bits), the wheel's own tests (its files, `kime doctor` and
+# `kime decide` under each ISA cap, the answers to the bit against the editable build's record);
+# and a smoke of each surface over the installed engine (Laya's Agent, the CLI, the server, the
+# jobs). The rest is the same Python at every ISA and build, and ran in the editable run.
+# This workplace's OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE stay as they are (never unset here).
+echo "== with KIME_ISA=avx2: kernels, core and the wheel's answers, then a smoke of each surface"
+avx2() { KIME_WHEEL="$wheel" KIME_ISA=avx2 "$@"; }
+avx2 python -m pytest -q -p no:cacheprovider -ra tests/kernels tests/core tests/project/test_wheel.py
+avx2 python -m pytest -q -p no:cacheprovider -ra -m "not slow" tests/laya/test_laya_agent.py \
+    tests/cli/test_cli.py tests/serve/test_server.py tests/jobs/test_jobs_score.py
