@@ -35,18 +35,33 @@ class Work:
         return sum(len(r.ids) for r in self.rows)
 
 
+class _Lane:
+    """One scheduler thread and the queue only it reads. `close` ends a lane with a stop signal
+    and a later `submit` opens a new one, so work is never queued behind a lane's stop."""
+
+    __slots__ = ("queue", "held", "thread")
+
+    def __init__(self) -> None:
+        self.queue: "queue.Queue[Optional[Work]]" = queue.Queue()
+        self.held: Optional[Work] = None  # a submission that did not fit: it leads the next batch
+        self.thread: Optional[threading.Thread] = None
+
+
 class Scheduler:
     """Runs `runner(rows, qtypes, cache)` (the executor's `run`) on its own thread over merged
-    submissions."""
+    submissions.
+
+    `close` finishes what is queued and stops the thread; a later `submit` starts a new one (a
+    Router lets an engine's thread go when it evicts the engine, and a caller still holding it
+    may call again). A submission and a close that race are ordered by one lock: the
+    submission either lands before the stop signal and runs, or opens the next thread."""
 
     def __init__(self, runner: Runner, budget: int, max_merge: int = 0):
         self._runner = runner
         self.budget = budget
         self.max_merge = max_merge  # submissions one run may take; 0: as many as fit the budget
-        self._queue: "queue.Queue[Optional[Work]]" = queue.Queue()
-        self._thread: Optional[threading.Thread] = None
-        self._held: Optional[Work] = None  # a submission that did not fit: it leads the next batch
-        self._start_lock = threading.Lock()
+        self._lane: Optional[_Lane] = None
+        self._lock = threading.Lock()  # orders submit against close: never a put behind a stop
         self.runs = 0  # forward runs: each takes one or more merged submissions
         self.batches = 0  # backend batches those runs took
         self.merged = 0  # submissions that shared a run with an earlier one
@@ -57,52 +72,60 @@ class Scheduler:
                cache: bool = True) -> "Future[Tuple[RowOutputs, int]]":
         """Queue rows; the future gives (outputs per row, backend batches of the merged run)."""
         work = Work(rows, qtypes, cache)
-        self._ensure_thread()
-        self._queue.put(work)
+        with self._lock:
+            lane = self._lane
+            if lane is None:
+                lane = self._lane = _Lane()
+                lane.thread = threading.Thread(target=self._loop, args=(lane,),
+                                               name="kime-scheduler", daemon=True)
+                lane.thread.start()
+            lane.queue.put(work)
         return work.future
 
     def depth(self) -> int:
         """Submissions waiting for the device."""
-        return self._queue.qsize() + (1 if self._held else 0)
+        lane = self._lane
+        if lane is None:
+            return 0
+        return lane.queue.qsize() + (1 if lane.held else 0)
 
     def close(self) -> None:
-        """Finish what is queued, then stop the thread."""
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join()
-            self._thread = None
+        """Finish what is queued, then stop the thread (a later `submit` starts another)."""
+        with self._lock:
+            lane, self._lane = self._lane, None
+            if lane is None:
+                return
+            lane.queue.put(None)
+        if lane.thread is not None and lane.thread is not threading.current_thread():
+            lane.thread.join()
 
-    def _ensure_thread(self) -> None:
-        if self._thread is None:
-            with self._start_lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._loop, name="kime-scheduler",
-                                                    daemon=True)
-                    self._thread.start()
-
-    def _take(self, first: Work) -> Tuple[List[Work], bool]:
+    def _take(self, lane: _Lane, first: Work) -> Tuple[List[Work], bool]:
         """`first` plus every queued submission that fits beside it; and whether to stop after."""
         taken, tokens = [first], first.tokens
         while tokens < self.budget and (self.max_merge <= 0 or len(taken) < self.max_merge):
             try:
-                nxt = self._queue.get_nowait()
+                nxt = lane.queue.get_nowait()
             except queue.Empty:
                 break
             if nxt is None:
                 return taken, True
             if tokens + nxt.tokens > self.budget or nxt.cache != first.cache:
-                self._held = nxt  # keeps its place: it leads the next batch
+                lane.held = nxt  # keeps its place: it leads the next batch
                 break
             taken.append(nxt)
             tokens += nxt.tokens
         return taken, False
 
-    def _loop(self) -> None:
+    def _loop(self, lane: _Lane) -> None:
         while True:
-            first, self._held = (self._held, None) if self._held else (self._queue.get(), None)
+            if lane.held is not None:
+                first: Optional[Work] = lane.held
+                lane.held = None
+            else:
+                first = lane.queue.get()
             if first is None:
                 return
-            batch, stop = self._take(first)
+            batch, stop = self._take(lane, first)
             live = [w for w in batch if w.future.set_running_or_notify_cancel()]
             self.dropped += len(batch) - len(live)
             if live:

@@ -8,6 +8,7 @@ or busy machine."""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 import warnings
@@ -190,3 +191,66 @@ def test_async_callers_merge_and_a_cancelled_task_is_dropped(held_engine):
         want = engine.decide(req, cache=False)
         for qid in QUESTIONS:
             np.testing.assert_array_equal(got[qid].logits, want[qid].logits)
+
+
+def joining(thread: threading.Thread) -> bool:
+    """Whether `thread` is blocked in `Thread.join` (read off its stack, not guessed by a
+    sleep)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "join" and frame.f_code.co_filename == threading.__file__:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_submit_racing_close_is_answered_not_left_behind_the_stop():
+    """Issue 53: a submission that landed while `close` was stopping the thread was queued
+    behind the stop signal, and its future never completed (`Kime.decide` blocked for good)."""
+    runner = GatedRunner()
+    s = Scheduler(runner, budget=4096)
+    first = s.submit([_row(3, 1)], [0])
+    assert runner.started.wait(5)  # the thread is busy: close must wait for it
+    closing = threading.Thread(target=s.close)
+    closing.start()
+    assert wait_until(lambda: joining(closing))  # close has sent its stop and waits
+    late = s.submit([_row(3, 2)], [0])  # lands while close waits for the running batch
+    runner.gate.set()
+    closing.join(5)
+    assert not closing.is_alive()
+    first.result(5)
+    assert float(late.result(5)[0][0][0][0]) == 2.0
+    s.close()
+
+
+def test_submits_and_closes_from_many_threads_all_complete():
+    """Every future completes, whatever order closes and submissions land in."""
+    def runner(rows, qtypes, cache):
+        time.sleep(0.0005)  # a run in flight, so a close often waits while others submit
+        return [(np.array([float(r.ids[0])], np.float32), np.zeros(2, np.float32))
+                for r in rows], 1
+
+    s = Scheduler(runner, budget=64)
+    futures: List = []
+    lock = threading.Lock()
+
+    def submitter(tag: int) -> None:
+        for _ in range(200):
+            f = s.submit([_row(2, tag)], [0])
+            with lock:
+                futures.append((tag, f))
+
+    def closer() -> None:
+        for _ in range(200):
+            s.close()
+
+    threads = [threading.Thread(target=submitter, args=(t,)) for t in range(4)]
+    threads.append(threading.Thread(target=closer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(futures) == 800
+    for tag, f in futures:
+        assert float(f.result(5)[0][0][0][0]) == float(tag)
+    s.close()
