@@ -12,7 +12,7 @@ from typing import Dict, List
 
 import numpy as np
 
-from .errors import NonFiniteLogits
+from .errors import BackendError, NonFiniteLogits
 from .layout import CollapsedOptions
 from .render import Label, Question, QuestionId
 
@@ -54,16 +54,21 @@ class Answer:
 
 def make_answer(q: Question, logits: np.ndarray, act: np.ndarray, temperature: float) -> Answer:
     """Temperature, softmax in float32, and the slots put back into the caller's option order.
-    Non-finite logits are an error, never a probability."""
+    Non-finite logits are an error, never a probability; so is a count of logits other than the
+    question's options, which would put an answer in slot order or under another label."""
     logits = np.asarray(logits, dtype=np.float32)
     if not np.all(np.isfinite(logits)) or not np.all(np.isfinite(act)):
         raise NonFiniteLogits("question %r: the model produced non-finite logits %s; the "
                               "checkpoint's weights or the input are broken" % (q.id, logits))
     k = int(logits.shape[0])
+    if k != q.n_options or (q.order is not None and len(q.order) != k):
+        raise BackendError("question %r: %d logits for %d options%s; its row lost or gained "
+                           "an option marker" % (q.id, k, q.n_options, "" if q.order is None
+                                                 else " in an order of %d" % len(q.order)))
     z = logits / temperature
     p = np.exp(z - z.max())
     p /= p.sum()
-    if q.order is not None and len(q.order) == k:
+    if q.order is not None:
         order = np.asarray(q.order, dtype=int)
         canonical = np.empty_like(p)
         canonical[order] = p
