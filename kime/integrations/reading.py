@@ -204,19 +204,46 @@ def _guarded(qid: Any, question: Any, answer: Dict[str, Any], where: str
                             % (probability,))
         return kind, probability
     if kind == "score":
-        answer_number(answer, "score", where)
+        score = answer_number(answer, "score", where)
         levels = len(question.get("criteria") or [])
         probs = answer.get("probabilities")
         if probs is not None:
             # every level the question has, and no other: a reply that drops the upper levels
             # (or names a scale of one) would otherwise read as "no violation"
-            wanted = [str(i) for i in range(levels)] if levels else list(probs or {})
-            if isinstance(probs, dict) and levels and sorted(probs) != sorted(wanted):
+            levels = levels or (len(probs) if isinstance(probs, dict) else 0)
+            wanted = [str(i) for i in range(levels)]
+            if isinstance(probs, dict) and sorted(probs) != sorted(wanted):
                 raise malformed(where, "'probabilities' of %r must give levels %s, got %s"
-                                % (qid, wanted, sorted(probs)))
-            probability_map(answer, wanted, where)
+                                % (qid, wanted, sorted(probs, key=str)))
+            _check_distribution(qid, score, probability_map(answer, wanted, where), where)
+        if levels and not -ROUNDING <= score <= levels - 1 + ROUNDING:
+            # a level below the scale's first would read as "no violation"
+            raise malformed(where, "'score' of %r must be a level in [0, %d], got %r"
+                            % (qid, levels - 1, score))
         return kind, score_violation_probability(answer, levels, where)
     return str(kind), 0.0
+
+
+ROUNDING = 5e-5
+"""How far a number laya rounds to four places may sit from the value it stands for."""
+
+
+def _check_distribution(qid: Any, score: float, probs: Dict[str, float], where: str) -> None:
+    """A score's probabilities are a distribution over its levels (each in [0, 1], summing to
+    1) whose expected level is the score, within the rounding of four places; anything else
+    (a 1.5 and a -0.5 that still sum to 1) cannot be read as a violation or its absence."""
+    for level, p in probs.items():
+        if not -ROUNDING <= p <= 1.0 + ROUNDING:
+            raise malformed(where, "the probability of level %s of %r must be in [0, 1], got %r"
+                            % (level, qid, p))
+    k = len(probs)
+    total = sum(probs.values())
+    if abs(total - 1.0) > ROUNDING * k + 1e-6:
+        raise malformed(where, "the probabilities of %r must sum to 1, got %r" % (qid, total))
+    expected = sum(int(level) * p for level, p in probs.items())
+    if abs(expected - score) > ROUNDING * (k * (k - 1) / 2 + 1) + 1e-6:
+        raise malformed(where, "'score' of %r is %r, but its probabilities give the level %r"
+                        % (qid, score, round(expected, 4)))
 
 
 def screen(result: Any, questions: Dict[str, Any], threshold: float,

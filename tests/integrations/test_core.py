@@ -677,3 +677,37 @@ def test_the_package_exports_every_name_lazily() -> None:
                                                                                        where)
     assert found["LayaLowConfidenceError"] == "kime.integrations.errors"
     assert found["LayaToolSelector"] == "kime.integrations.tools"
+
+
+TOX = {"tox": {"type": "score", "criteria": ["none", "low", "high", "severe"]},
+       "jb": {"type": "noul"}}
+
+
+@pytest.mark.parametrize("toxic, what", [
+    # issue 53: a score below the scale, and probabilities that are no distribution, read as
+    # "no violation" (the first is the issue's reproduction)
+    ({"type": "score", "score": -3.0}, "'score' of 'tox' must be a level in [0, 3], got -3.0"),
+    ({"type": "score", "score": 7.0}, "'score' of 'tox' must be a level in [0, 3], got 7.0"),
+    ({"type": "score", "score": 3.0, "probabilities": {"0": 1.5, "1": 0, "2": -0.5, "3": 0}},
+     "the probability of level 0 of 'tox' must be in [0, 1], got 1.5"),
+    ({"type": "score", "score": 3.0, "probabilities": {"0": 0.5, "1": 0, "2": 0, "3": 0}},
+     "the probabilities of 'tox' must sum to 1, got 0.5"),
+    ({"type": "score", "score": 3.0, "probabilities": {"0": 1.0, "1": 0, "2": 0, "3": 0}},
+     "'score' of 'tox' is 3.0, but its probabilities give the level 0.0"),
+])
+def test_screen_refuses_a_score_that_is_no_level_or_distribution(toxic: Any, what: str) -> None:
+    reply = {"answers": {"tox": toxic, "jb": {"noul": 0.0}}}
+    with pytest.raises(reading.MalformedDecision) as info:
+        reading.screen(reply, TOX, 0.5, "x")
+    assert what in str(info.value)
+
+
+def test_screen_reads_a_rounded_distribution() -> None:
+    """laya rounds each number to four places: a distribution that sums to 0.9999 or 1.0002,
+    and a score a rounding off its probabilities' level, are read, not refused."""
+    probs = {"0": 0.1111, "1": 0.2222, "2": 0.3333, "3": 0.3333}  # sums to 0.9999
+    level = round(sum(int(k) * v for k, v in probs.items()), 4)
+    reply = {"answers": {"tox": {"type": "score", "score": level, "probabilities": probs},
+                         "jb": {"noul": 0.0}}}
+    found, _ = reading.screen(reply, TOX, 0.5, "x")
+    assert found == {"tox": {"score": level, "probability": 0.6666, "confidence": 0.0}}
