@@ -15,6 +15,8 @@ from .errors import InvalidArgument, InvalidRequest, Problem, problem, relocated
 from .render import NOUL_LABELS_ERROR, QTYPES, Question, State, noul_labels, to_question
 
 _ADD_TEXT = "add the text the model should answer"
+BUDGETS = ("max_len", "head_max_len")
+"""A request's token budgets, which override the checkpoint's for it."""
 
 AddProblem = Callable[[Optional[str], str, str, object], None]
 """`add(field, msg, kind, value)`: records one problem of the question being checked, located
@@ -48,7 +50,7 @@ class Request:
                                                  wire=True)
         questions = data.get("questions", {})
         problems += questions_arg_problems(questions)
-        for key in ("max_len", "head_max_len"):
+        for key in BUDGETS:
             problems += budget_problems(key, data.get(key), [key])
         unknown = sorted(set(data) - {"state", "questions", "max_len", "head_max_len"}, key=str)
         for key in unknown:
@@ -286,12 +288,24 @@ def state_problems(state: object, loc: Sequence[object], present: bool = True,
     return text_problems(state, loc, "state")
 
 
-def budget_problems(key: str, value: object, loc: Sequence[object]) -> List[Problem]:
-    """The rule for `max_len` and `head_max_len`: unset, or a positive integer."""
-    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+def budget_problems(key: str, value: object, loc: Sequence[object],
+                    wire: bool = False) -> List[Problem]:
+    """The rule for `max_len` and `head_max_len`, which every surface asks: unset, or an
+    integer (never a bool) -- `max_len` positive, `head_max_len` any (Laya's layout crowds the
+    options to their floor of four tokens when it is small, even zero or below, and answers).
+    `wire`: laya serve and laya's MCP tools also refuse a `head_max_len` below one; their
+    callers cannot mean one, where a Python caller computing a budget can reach it.
+
+    Any `max_len` is answered, however far past the model's positions: transformers computes
+    RoPE at any position, so Laya does (tests/goldens/limits.json)."""
+    if value is None:
         return []
-    return [problem(list(loc), "%s must be a positive integer, got %r" % (key, value),
-                    "value_error", value)]
+    if isinstance(value, int) and not isinstance(value, bool) and (
+            value > 0 or (key == "head_max_len" and not wire)):
+        return []
+    what = "a positive integer" if key != "head_max_len" or wire else "an integer"
+    return [problem(list(loc), "%s must be %s, got %r" % (key, what, value), "value_error",
+                    value)]
 
 
 def check_states(states: Any) -> List[Problem]:
@@ -317,7 +331,7 @@ def validate(requests: Sequence[Request], indexed: bool = False) -> List[Questio
     for i, req in enumerate(requests):
         prefix: List[object] = [i] if indexed else []
         arg_problems += state_problems(req.state, prefix + ["state"])
-        for key in ("max_len", "head_max_len"):
+        for key in BUDGETS:
             arg_problems += budget_problems(key, getattr(req, key), prefix + [key])
         found = questions_arg_problems(req.questions, prefix + ["questions"])
         if found:

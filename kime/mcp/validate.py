@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 from ..laya.confidence import MinConfidence, check_min_confidence
 from ..laya.hooks import validate_timeout
 from ..laya.routing import normalise_name
+from ..request import budget_problems
 
 AUTO = "auto"
 """The tools' own word for "let the router choose"; every other `model` names a checkpoint."""
@@ -217,12 +218,11 @@ def validate_lang_guess(lang_guess: Any) -> Optional[str]:
 
 
 def validate_budget(value: Any, name: str) -> Optional[int]:
-    """A positive integer token budget (`max_len`, `head_max_len`, `window`, `stride`)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ToolError("invalid_%s" % name, "%s must be a positive integer, got %r"
-                        % (name, value))
+    """A positive integer token budget (`max_len`, `head_max_len`, `window`, `stride`): the
+    request's rule for a budget over the wire (`kime.request.budget_problems`)."""
+    problems = budget_problems(name, value, [name], wire=True)
+    if problems:
+        raise ToolError("invalid_%s" % name, problems[0]["msg"])
     return value
 
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from fastapi import HTTPException
 
 from .. import names
-from ..request import budget_problems, raise_if
+from ..request import BUDGETS, budget_problems, raise_if
 from .settings import MAX_CHOICE_OPTIONS
 
 MAX_QUESTIONS = 64
@@ -32,7 +32,6 @@ MAX_SCORE_LEVELS = 32
 MAX_TOTAL_OPTIONS = 512
 BODY_REFUSALS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
 BATCH_BODY_OUT_PARAMETERS = ("diagnostics",)
-BUDGETS = ("max_len", "head_max_len")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _LONE_SURROGATE_DETAIL = ("request body contains an unpaired surrogate escape; "
                           "those cannot be encoded as UTF-8")
@@ -211,7 +210,7 @@ def budget(body: Dict[str, Any], key: str, cap: int) -> Optional[int]:
         return None
     if not isinstance(val, int) or isinstance(val, bool):
         raise refuse(422, "%s must be an integer" % key)
-    raise_if(budget_problems(key, val, [key]))
+    raise_if(budget_problems(key, val, [key], wire=True))
     if val > cap:
         raise refuse(422, "%s exceeds server limit (%d > %d)" % (key, val, cap))
     return val

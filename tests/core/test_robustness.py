@@ -100,10 +100,12 @@ def test_a_lone_surrogate_is_refused_naming_the_field(engine, request_):
 
 
 @pytest.mark.parametrize("key, value", [("max_len", "64"), ("head_max_len", 1.5),
-                                        ("max_len", True), ("head_max_len", -1)])
+                                        ("max_len", True), ("max_len", 0),
+                                        ("head_max_len", False)])
 def test_a_budget_that_is_not_a_positive_int_is_refused_naming_it(engine, key, value):
     """Regression (issue 14): a string max_len raised "'<' not supported between 'int' and
-    'str'"."""
+    'str'". A `head_max_len` of zero or below is answered, as Laya answers it
+    (tests/goldens/limits.json)."""
     agent = kime.Agent(engine)
     with pytest.raises(kime.InvalidRequest) as info:
         agent.predict("ok", QUESTION_OK, **{key: value})
