@@ -19,7 +19,7 @@ import numpy as np
 
 from .errors import CheckpointError, CheckpointFileMissing, Unsupported
 from .graph import (DEFAULT_GLOBAL_THETA, DEFAULT_LOCAL_THETA, DEFAULT_NORM_EPS, GELU_ACTIVATIONS,
-                    EncoderSpec, Graph, build)
+                    MAX_POSITIONS, EncoderSpec, Graph, build)
 from .tokenizer import Tokenizer
 
 
@@ -133,8 +133,12 @@ def read_encoder_spec(path: str) -> EncoderSpec:
         vocab = int(c.get("vocab_size", 50368))
         norm_eps = float(c.get("norm_eps", DEFAULT_NORM_EPS))
         local_attention = int(c.get("local_attention", 128))
+        positions = int(c.get("max_position_embeddings", MAX_POSITIONS))
     except (TypeError, ValueError) as e:
         raise CheckpointError("%s: a size is not a number: %s" % (cfg_path, e)) from e
+    if positions < 1:
+        raise CheckpointError("%s: max_position_embeddings must be positive, got %d"
+                              % (cfg_path, positions))
     if heads <= 0 or hidden % heads:
         raise CheckpointError("%s: hidden_size %d is not a multiple of num_attention_heads %d"
                               % (cfg_path, hidden, heads))
@@ -172,7 +176,7 @@ def read_encoder_spec(path: str) -> EncoderSpec:
                        attention_bias=bool(c.get("attention_bias", False)),
                        mlp_bias=bool(c.get("mlp_bias", False)), local_attention=local_attention,
                        global_layers=global_layers, global_theta=global_theta,
-                       local_theta=local_theta)
+                       local_theta=local_theta, max_position_embeddings=positions)
 
 
 def graph_of(enc: EncoderSpec, cfg: AgentConfig) -> Graph:

@@ -196,13 +196,6 @@ class Kime:
         if not strings:
             return vectors
         ids = self.layouter.tok.encode_framed(strings, length)
-        limit = self.checkpoint.graph.max_positions
-        long = [i for i, row in enumerate(ids) if len(row) > limit]
-        if long:
-            raise InvalidArgument([problem(["texts", i], "text %d is %d tokens, more than the "
-                                           "model's %d positions; lower max_length"
-                                           % (i, len(ids[i]), limit), "value_error.length",
-                                           strings[i]) for i in long[:8]])
         run = [i for i, row in enumerate(ids) if row]
         if run:
             rows = [Row(ids=ids[i], markers=[], state_tokens=0, state_tokens_used=0) for i in run]

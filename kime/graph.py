@@ -80,6 +80,9 @@ class EncoderSpec:
     global_layers: Tuple[bool, ...]  # per layer: True for full attention, False for the window
     global_theta: float
     local_theta: float
+    max_position_embeddings: int = MAX_POSITIONS
+    """The positions the config names. RoPE has no table limit in transformers (it computes
+    each position's angles), so a row may run past it; a backend's tables start here."""
 
     @property
     def head_dim(self) -> int:
@@ -240,7 +243,9 @@ class Graph:
     act: ActHead
     temperature: str
     max_positions: int
-    """Rows of the RoPE tables: `MAX_POSITIONS`, or the checkpoint's `max_len` when larger."""
+    """Rows of the RoPE tables a backend keeps: the config's `max_position_embeddings`, or the
+    checkpoint's `max_len` when larger. A longer row (a request that raised `max_len`) gets
+    tables of its own for its call (`rope_half_tables`)."""
 
     @property
     def hidden(self) -> int:
@@ -374,7 +379,7 @@ def build(spec: EncoderSpec, head_layers: int, n_act: int, max_len: int) -> Grap
                                   role=Role.SMALL),
                     out=linear("act_head.2", n_act, ACT_HIDDEN, role=Role.SMALL)),
         temperature="temperature",
-        max_positions=max(MAX_POSITIONS, max_len),
+        max_positions=max(spec.max_position_embeddings, max_len),
     )
 
 
@@ -400,10 +405,18 @@ def rope_half_tables(n: int, head_dim: int, theta: float) -> Tuple[np.ndarray, n
     """cos and sin [n, head_dim / 2] in FP32: the first half of `rope_tables`, which the second
     half repeats, so a kernel reads this half for both (the same bits).
 
-    Each value is libm's float64 `cos`/`sin` (`math`) of the FP32 angle, rounded once to FP32:
-    the same bits on every x86-64 and aarch64 CPU, where NumPy's float32 `cos`/`sin` are its own
-    SIMD code per dispatch target (SVML on AVX-512) and differ in the last bit. Cached per shape
-    (a model load asks for each table more than once) and read-only, as the cache shares them."""
+    Cached per shape (a model load asks for each table more than once) and read-only, as the
+    cache shares them; a table for one long call is `rope_half_tables_uncached`'s, so the cache
+    never keeps it."""
+    return rope_half_tables_uncached(n, head_dim, theta)
+
+
+def rope_half_tables_uncached(n: int, head_dim: int,
+                              theta: float) -> Tuple[np.ndarray, np.ndarray]:
+    """`rope_half_tables`, computed afresh. Each value is libm's float64 `cos`/`sin` (`math`) of
+    the FP32 angle, rounded once to FP32: the same bits on every x86-64 and aarch64 CPU, where
+    NumPy's float32 `cos`/`sin` are its own SIMD code per dispatch target (SVML on AVX-512) and
+    differ in the last bit. A position's values do not depend on `n`."""
     angles = _rope_angles(n, head_dim, theta).ravel().tolist()
     shape = (n, head_dim // 2)
     cos = np.fromiter(map(math.cos, angles), np.float64, len(angles)).astype(np.float32)

@@ -21,7 +21,12 @@ def _decode(obj: Dict[str, Any]) -> Any:
     return obj
 
 
-DATA = json.loads((GOLDENS / "cases.json").read_text(encoding="utf-8"), object_hook=_decode)
+def read_goldens(name: str) -> Any:
+    """A golden file in `cases.json`'s encoding (`tools/make_goldens.py`), decoded."""
+    return json.loads((GOLDENS / name).read_text(encoding="utf-8"), object_hook=_decode)
+
+
+DATA = read_goldens("cases.json")
 CASES = DATA["cases"]
 
 

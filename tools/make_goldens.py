@@ -729,6 +729,7 @@ AREAS += ("goldens_parallel.py",)  # issue 26: a laya.train parallel-layout chec
 AREAS += ("goldens_embed_templates.py",)  # issue 37: embeddings on three tokenizer templates (embed_templates.json)
 AREAS += ("goldens_faults.py",)  # issue 38: where laya's guards and pickers fail open (integrations_faults.json)
 AREAS += ("goldens_ecosystem.py",)  # issue 52: Agent.tok, laya.common, a rebound build_sequence, laya --predict (ecosystem.json)
+AREAS += ("goldens_limits.py",)  # issue 53: budgets past the model's positions and out of range (limits.json)
 
 
 def record_areas() -> List[str]:

@@ -12,7 +12,9 @@ weights and plans are dropped and a run raises `BackendError`, never touches fre
 """
 from __future__ import annotations
 
+import dataclasses
 import os
+import threading
 import types
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
@@ -24,7 +26,7 @@ from ..buckets import BUCKETS, PRELOAD, pick_bucket
 from ..checkpoint import Checkpoint
 from ..errors import BackendError, Unsupported
 from .masters import run_forward
-from .weights import CpuSpec
+from .weights import CpuSpec, rope_arrays
 
 if TYPE_CHECKING:
     from .reference import ReferenceModel
@@ -195,7 +197,10 @@ class CpuBackend:
         self.weights_file: Optional[str] = packed.path
         self._arrays: Optional[Dict[str, np.ndarray]] = packed.arrays
         self._model: Any = _forward.Model(packed.arrays, self.spec.as_dict(), self._isa, threads)
+        self._graph = ck.graph
         self._plans: Dict[int, Plan] = {}
+        self._alone: Optional[Plan] = None  # a plan past the largest bucket, while it runs
+        self._plans_lock = threading.Lock()  # `memory` reads the plans while a run adds one
         self._blas = ThreadpoolController()
         if preload:
             for tokens in BUCKETS[:PRELOAD]:
@@ -215,18 +220,51 @@ class CpuBackend:
         bucket = pick_bucket(tokens)
         plan = self._plans.get(bucket)
         if plan is None:
-            plan = self._plans[bucket] = Plan(self._model, self.spec, self._isa, self.threads,
-                                              bucket)
+            plan = Plan(self._model, self.spec, self._isa, self.threads, bucket)
+            with self._plans_lock:
+                self._plans[bucket] = plan
         return plan
 
     def run(self, batch: Batch) -> Outputs:
+        longest = int(np.diff(batch.cu).max(initial=0))
+        if batch.tokens > self.max_batch_tokens or longest > self.spec.max_pos:
+            return self._run_alone(batch, longest)
         plan = self._plan(batch.tokens)
         with self._blas.limit(limits=1, user_api="blas"):
             return run_forward(self.threads, plan.run, batch)
 
+    def _run_alone(self, batch: Batch, longest: int) -> Outputs:
+        """A batch past the largest bucket (one row whose request raised `max_len`: the
+        executor splits every other batch to fit) or with a row past the RoPE tables. Its plan
+        is sized to the batch and, for a row past the tables, reads tables that reach it
+        (transformers computes RoPE at any position, so Laya answers there); both are dropped
+        when the call returns, so one long request never leaves hundreds of megabytes behind.
+        The outputs are views of small buffers of their own, not of the freed arena."""
+        model = self._model
+        if model is None or self._arrays is None:
+            raise _closed("CPU backend")
+        if longest > self.spec.max_pos:
+            from . import _forward
+
+            arrays = dict(self._arrays)
+            arrays.update(rope_arrays(self._graph, longest, cached=False))
+            spec = dataclasses.replace(self.spec, max_pos=longest)
+            model = _forward.Model(arrays, spec.as_dict(), self._isa, self.threads)
+        plan = Plan(model, self.spec, self._isa, self.threads, batch.tokens)
+        with self._plans_lock:
+            self._alone = plan
+        try:
+            with self._blas.limit(limits=1, user_api="blas"):
+                return run_forward(self.threads, plan.run, batch)
+        finally:
+            with self._plans_lock:
+                self._alone = None
+
     def memory(self) -> Memory:
         weights = 0 if self._arrays is None else sum(int(a.nbytes) for a in self._arrays.values())
-        return Memory(weights=weights, plans=sum(p.nbytes for p in self._plans.values()))
+        with self._plans_lock:
+            plans = list(self._plans.values()) + ([self._alone] if self._alone else [])
+        return Memory(weights=weights, plans=sum(p.nbytes for p in plans))
 
     def describe(self) -> str:
         if self.precision in (Precision.INT8, Precision.BF16):
@@ -236,7 +274,8 @@ class CpuBackend:
 
     def close(self) -> None:
         # The plans point at the model, and the model at the (possibly mapped) arrays: drop all.
-        self._plans.clear()
+        with self._plans_lock:
+            self._plans.clear()
         self._model = None
         self._arrays = None
 

@@ -28,7 +28,8 @@ import numpy as np
 from ..backend import cache_root
 from ..checkpoint import Checkpoint, fingerprint
 from ..errors import warn_caller
-from ..graph import Block, Graph, Linear, Norm, rope_half_tables
+from ..graph import (Block, Graph, Linear, Norm, rope_half_tables,
+                     rope_half_tables_uncached)
 
 LAYOUT_VERSION = 2
 MAGIC = b"KIMEPACK"
@@ -133,18 +134,13 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
             else:
                 matrix(prefix + slot, part, block_pack or pack)
 
-    def rope(name: str, theta: float, which: int) -> None:
-        out.append((name, lambda: rope_half_tables(graph.max_positions, graph.spec.head_dim,
-                                                   theta)[which]))
-
     out.append(("tok_emb", lambda: w.raw(graph.embedding).view(np.uint16)))
     norm("emb_norm", graph.emb_norm)
     norm("final_norm", graph.final_norm)
     for i, layer in enumerate(graph.layers):
         block("enc.%d." % i, layer)
-    for theta, kind in ((graph.spec.global_theta, "global"), (graph.spec.local_theta, "local")):
-        rope("rope.cos_" + kind, theta, 0)
-        rope("rope.sin_" + kind, theta, 1)
+    for name in ROPE_ENTRIES:
+        out.append((name, functools.partial(_rope_entry, graph, name)))
     vector("type_emb", graph.type_emb)
     for j, layer in enumerate(graph.head):
         block("head.%d." % j, layer)
@@ -156,6 +152,26 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
     matrix("act.0", act.hidden, pack)
     matrix("act.2", act.out, pack)
     return out
+
+
+ROPE_ENTRIES = ("rope.cos_global", "rope.sin_global", "rope.cos_local", "rope.sin_local")
+"""The blob's RoPE tables: cos and sin [positions, head_dim / 2] per kind of layer."""
+
+
+def rope_arrays(graph: Graph, positions: int, cached: bool = True) -> Dict[str, np.ndarray]:
+    """The RoPE entries of the blob for `positions` rows. A position's values do not depend on
+    how many rows a table has, so tables made for one long row (`cached=False`: not kept by the
+    tables' cache) agree with the blob's wherever both reach."""
+    tables = rope_half_tables if cached else rope_half_tables_uncached
+    out: Dict[str, np.ndarray] = {}
+    for theta, kind in ((graph.spec.global_theta, "global"), (graph.spec.local_theta, "local")):
+        cos, sin = tables(positions, graph.spec.head_dim, theta)
+        out["rope.cos_" + kind], out["rope.sin_" + kind] = cos, sin
+    return out
+
+
+def _rope_entry(graph: Graph, name: str) -> np.ndarray:
+    return rope_arrays(graph, graph.max_positions)[name]
 
 
 def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",

@@ -35,13 +35,13 @@ from ..batch import Batch, Outputs
 from ..buckets import BUCKETS, PRELOAD
 from ..checkpoint import Checkpoint
 from ..errors import BackendError, BadOption, Unsupported
-from ..graph import Linear, Norm, rope_half_tables
+from ..graph import Linear, Norm, rope_half_tables, rope_half_tables_uncached
 from .device import open_cupy, stack
 from .embed import EmbedMode
 from .gemm import Gemm, GemmCall
 from .kernels import Kernels, Launch, Parallel, capture
-from .layout import (SLACK, Layout, aligned_tokens, buffer_ints, halve, offsets, pick_cap,
-                     plan_caps, sub_batch, used_ints)
+from .layout import (SLACK, Layout, aligned_tokens, buffer_ints, offsets, pick_cap, plan_caps,
+                     run_halves, used_ints)
 
 Op = Union[Launch, GemmCall]
 
@@ -79,8 +79,9 @@ class Plan:
         self.logits = cp.zeros(cap, dtype=np.float32)
         self.act = cp.zeros((cap, self.n_act), dtype=np.float32)
         self.rope: Dict[float, Any] = {}
+        tables = rope_half_tables if cap <= plan_caps()[-1] else rope_half_tables_uncached
         for theta in graph.rope_thetas():
-            cos, sin = rope_half_tables(cap, graph.spec.head_dim, theta)
+            cos, sin = tables(cap, graph.spec.head_dim, theta)
             self.rope[theta] = (cp.asarray(cos), cp.asarray(sin))
         self.device_arrays = [self.x, self.h, self.y, self.big, self.mid, self.meta, self.logits,
                               self.act] + [a for pair in self.rope.values() for a in pair]
@@ -340,15 +341,18 @@ class CudaBackend:
         if cap not in self._plans:
             self.warm(cap)
 
-    def plan(self, cap: int) -> Plan:
-        """The plan of `cap` slots, built on first use."""
+    def plan(self, cap: int, keep: bool = True) -> Plan:
+        """The plan of `cap` slots, built on first use; with `keep=False` built for one call
+        and not kept."""
         if self._closed:
             raise BackendError("the CUDA backend on cuda:%d was closed (its weights and plans "
                                "are freed); load the model again to run it" % self.ordinal)
-        plan = self._plans.get(cap)
+        plan = self._plans.get(cap) if keep else None
         if plan is None:
             with self._device:
-                plan = self._plans[cap] = Plan(self, cap)
+                plan = Plan(self, cap)
+            if keep:
+                self._plans[cap] = plan
         return plan
 
     def warm(self, cap: int) -> None:
@@ -384,8 +388,10 @@ class CudaBackend:
 
     def _run(self, batch: Batch) -> Outputs:
         cap = pick_cap(aligned_tokens(batch))
+        if cap > plan_caps()[-1]:
+            return self._run_alone(batch, cap)
         if self._oom_cap is not None and cap >= self._oom_cap and batch.rows > 1:
-            return self._run_halves(batch)
+            return run_halves(batch, self._run)
         try:
             plan = self.plan(cap)
             if batch.embed:
@@ -397,30 +403,36 @@ class CudaBackend:
             self.cupy.get_default_memory_pool().free_all_blocks()
             self._oom_cap = cap if self._oom_cap is None else min(cap, self._oom_cap)
             if batch.rows == 1:
-                raise Unsupported("cuda:%d (%s) runs out of memory for a single row of %d tokens "
-                                  "(a %d-slot plan): %s" % (self.ordinal, self.gpu_name,
-                                                            batch.tokens, cap, e)) from e
-            return self._run_halves(batch)
+                raise self._too_long(batch, cap, e) from e
+            return run_halves(batch, self._run)
         return plan.run(batch, self.graphs)
 
-    def _run_halves(self, batch: Batch) -> Outputs:
-        """A batch too large for the memory left, as two smaller ones."""
-        cut = halve(batch)
-        first = self._run(sub_batch(batch, 0, cut))
-        logits, act = first.logits.copy(), first.act.copy()  # the next run reuses the buffers
-        pooled = None if first.pooled is None else first.pooled.copy()
-        second = self._run(sub_batch(batch, cut, batch.rows))
-        if pooled is not None and second.pooled is not None:
-            return Outputs(logits=logits, act=act,
-                           pooled=np.concatenate([pooled, second.pooled]))
-        return Outputs(logits=np.concatenate([logits, second.logits]),
-                       act=np.concatenate([act, second.act]))
+    def _run_alone(self, batch: Batch, cap: int) -> Outputs:
+        """A batch past the largest plan (one row whose request raised `max_len`): its plan,
+        whose RoPE tables reach its every slot, runs eagerly and is freed when the call returns,
+        so one long request never keeps a plan larger than the usual ones."""
+        try:
+            out = self.plan(cap, keep=False).run(batch, False)
+            return Outputs(logits=out.logits.copy(), act=out.act.copy(),
+                           pooled=None if out.pooled is None else np.array(out.pooled))
+        except Exception as e:
+            if not self._is_oom(e):
+                raise
+            raise self._too_long(batch, cap, e) from e
+        finally:  # the plan is garbage once `out` is: hand its blocks back
+            self.cupy.get_default_memory_pool().free_all_blocks()
+            self.cupy.get_default_pinned_memory_pool().free_all_blocks()
+
+    def _too_long(self, batch: Batch, cap: int, error: BaseException) -> Unsupported:
+        return Unsupported("cuda:%d (%s) runs out of memory for a single row of %d tokens (a "
+                           "%d-slot plan): %s" % (self.ordinal, self.gpu_name, batch.tokens,
+                                                  cap, error))
 
     # --- facts ---------------------------------------------------------------------------------
 
     def memory(self) -> Memory:
-        return Memory(weights=self.weights.nbytes,
-                      plans=sum(p.nbytes for p in self._plans.values()))
+        plans = tuple(self._plans.values())  # one step under the GIL: a new plan cannot break it
+        return Memory(weights=self.weights.nbytes, plans=sum(p.nbytes for p in plans))
 
     def identity(self) -> Dict[str, str]:
         """What this backend's bits depend on besides kime and the checkpoint: the GPU model, its
@@ -436,7 +448,7 @@ class CudaBackend:
         numerics = ("FP16 weights and activations, FP32 accumulation" if self.half
                     else "FP32, TF32 off")
         attention = "tensor-core attention" if self.compiled.use_mma else "FP32-math attention"
-        failed = sorted({e for p in self._plans.values()
+        failed = sorted({e for p in tuple(self._plans.values())
                          for e in (p.graph_error, p.parallel_graph_error) if e})
         if not self.graphs:
             graphs = "no CUDA graphs"

@@ -29,11 +29,11 @@ less the longest, where the state sits).
 """
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+from typing import Callable, Dict, Sequence, Tuple
 
 import numpy as np
 
-from ..batch import Batch
+from ..batch import Batch, Outputs
 from ..buckets import BUCKETS, pick_bucket
 
 ALIGN = 16
@@ -102,6 +102,20 @@ def halve(batch: Batch) -> int:
     half = batch.tokens / 2
     best = min(range(1, batch.rows), key=lambda r: abs(int(batch.cu[r]) - half))
     return best
+
+
+def run_halves(batch: Batch, run: Callable[[Batch], Outputs]) -> Outputs:
+    """A batch too large for the device memory left, run as two smaller ones (`run` may split
+    each again)."""
+    cut = halve(batch)
+    first = run(sub_batch(batch, 0, cut))
+    logits, act = first.logits.copy(), first.act.copy()  # the next run reuses the buffers
+    pooled = None if first.pooled is None else first.pooled.copy()
+    second = run(sub_batch(batch, cut, batch.rows))
+    if pooled is not None and second.pooled is not None:
+        return Outputs(logits=logits, act=act, pooled=np.concatenate([pooled, second.pooled]))
+    return Outputs(logits=np.concatenate([logits, second.logits]),
+                   act=np.concatenate([act, second.act]))
 
 
 class Layout:

@@ -161,7 +161,8 @@ def graph_of(shape: Shape) -> Graph:
         vocab=shape.vocab_size, norm_eps=shape.norm_eps, norm_bias=False, attention_bias=False,
         mlp_bias=False, local_attention=shape.local_attention,
         global_layers=tuple(t == FULL for t in shape.resolved_layer_types()),
-        global_theta=shape.global_rope_theta, local_theta=shape.local_rope_theta)
+        global_theta=shape.global_rope_theta, local_theta=shape.local_rope_theta,
+        max_position_embeddings=shape.max_position_embeddings)
     return build(spec, head_layers=shape.head_layers, n_act=len(shape.act_costs) + 1,
                  max_len=shape.max_len)
 

@@ -350,3 +350,43 @@ def test_last_head_layer_on_kept_rows_gives_the_full_layer_bits(precision):
         np.testing.assert_array_equal(alone.logits, both[0][128 * r:128 * (r + 1)])
         np.testing.assert_array_equal(alone.act, both[1][r:r + 1])
     backend.close()
+
+
+def test_memory_reads_the_plans_while_a_run_adds_one():
+    """Issue 53: `memory()` summed the plans without the lock while the scheduler's thread
+    added one, so a /metrics scrape could raise "dictionary changed size during iteration".
+    The thread switch interval is made tiny so the reader is interrupted mid-sum."""
+    import sys
+    import threading
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        ck = load_checkpoint(str(GOLDENS / DATA["checkpoints"]["tiny"]["path"]))
+    errors: list = []
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(60):
+            backend = CpuBackend(ck, 1)
+            stop = threading.Event()
+
+            def read() -> None:
+                while not stop.is_set():
+                    try:
+                        backend.memory()
+                    except RuntimeError as e:
+                        errors.append(e)
+                        return
+
+            reader = threading.Thread(target=read)
+            reader.start()
+            for tokens in BUCKETS:
+                backend.prepare(tokens)
+            stop.set()
+            reader.join(10)
+            assert backend.memory().plans == sum(p.nbytes for p in backend.plans.values())
+            if errors:
+                break
+    finally:
+        sys.setswitchinterval(interval)
+    assert not errors, errors[0]

@@ -213,14 +213,6 @@ def test_texts_must_be_a_list(engine, bad):
         engine.embed(bad)
 
 
-def test_a_row_past_the_models_positions_is_refused(engine):
-    limit = engine.checkpoint.graph.max_positions
-    with pytest.raises(InvalidArgument, match="text 1 is .* tokens, more than the model's %d "
-                       "positions" % limit) as info:
-        engine.embed(["short", "a " * (limit + 10)], max_length=limit + 100)
-    assert info.value.problems[0]["loc"] == ["texts", 1]
-
-
 def test_a_closed_engine_refuses():
     from kime.errors import BackendError
 

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import kime
-from kime._cuda.backend import CudaBackend, sub_batch
+from kime._cuda.backend import CudaBackend
+from kime._cuda.layout import sub_batch
 from kime.backend import Memory, Precision
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint

@@ -11,6 +11,7 @@ import pytest
 
 from kime._cpu.reference import ReferenceModel
 from kime._cuda import backend as cuda_backend
+from kime._cuda.layout import sub_batch
 from kime.backend import Device, Memory, Precision
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
@@ -93,7 +94,7 @@ def test_a_row_alone_and_in_a_batch_agree(checkpoint, emulated):
     together = backend.run(batch)
     logits, act = together.logits.copy(), together.act.copy()
     for r in range(batch.rows):
-        alone = backend.run(cuda_backend.sub_batch(batch, r, r + 1))
+        alone = backend.run(sub_batch(batch, r, r + 1))
         np.testing.assert_allclose(alone.logits, logits[batch.mcu[r]:batch.mcu[r + 1]],
                                    **FP32.batch_logits.kw)
         np.testing.assert_allclose(alone.act[0], act[r], **FP32.batch_act.kw)
@@ -113,6 +114,21 @@ def test_out_of_memory_splits_the_batch(checkpoint, emulated):
     too_long = _batch(checkpoint, [400], 4)
     with pytest.raises(Exception, match="out of memory for a single row"):
         backend.run(too_long)
+
+
+def test_a_batch_past_the_largest_plan_runs_in_a_plan_that_is_not_kept(checkpoint, emulated,
+                                                                       monkeypatch):
+    """Issue 53: a request that raised `max_len` past the usual plans got a plan of its own that
+    was kept for good (0.7 GB on base). The largest usual plan is set to 288 slots here, so a
+    300-token row is past it: it runs, as the reference runs it, and nothing is kept."""
+    monkeypatch.setattr(cuda_backend, "plan_caps", lambda: (288,))
+    backend = emulated(checkpoint, graphs=True)
+    batch = _batch(checkpoint, [300], 6)
+    got = backend.run(batch)
+    want = ReferenceModel(checkpoint).run(batch)
+    np.testing.assert_allclose(got.logits, want.logits, **FP32.logits.kw)
+    np.testing.assert_allclose(got.act, want.act, **FP32.probs.kw)
+    assert not backend.plans and backend.memory().plans == 0
 
 
 def test_memory_counts_weights_and_plans(checkpoint, emulated):
@@ -227,7 +243,7 @@ def test_an_embedding_row_alone_and_in_a_batch_agree(checkpoint, emulated):
     assert together is not None
     together = together.copy()
     for r in range(batch.rows):
-        alone = backend.run(cuda_backend.sub_batch(batch, r, r + 1)).pooled
+        alone = backend.run(sub_batch(batch, r, r + 1)).pooled
         assert alone is not None and alone.shape == (1, checkpoint.hidden)
         np.testing.assert_allclose(alone[0], together[r], **FP32.batch_logits.kw)
 

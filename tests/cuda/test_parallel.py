@@ -16,6 +16,7 @@ import pytest
 
 from kime._cpu.reference import ReferenceModel
 from kime._cuda import backend as cuda_backend
+from kime._cuda.layout import sub_batch
 from kime.batch import Batch
 from kime.checkpoint import load_checkpoint
 
@@ -106,7 +107,7 @@ def test_a_parallel_row_alone_and_in_a_batch_agree(checkpoint, emulated):
     together = backend.run(batch)
     logits, act = together.logits.copy(), together.act.copy()
     for r in range(batch.rows):
-        alone = backend.run(cuda_backend.sub_batch(batch, r, r + 1))
+        alone = backend.run(sub_batch(batch, r, r + 1))
         assert alone.logits.shape == (int(batch.mcu[r + 1] - batch.mcu[r]),)
         np.testing.assert_allclose(alone.logits, logits[batch.mcu[r]:batch.mcu[r + 1]],
                                    **FP32.batch_logits.kw)
