@@ -5,6 +5,8 @@ dispatch in `kime.laya.hooks`, which re-exports these names at Laya's path.
 """
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -16,7 +18,8 @@ class PredictContext:
     """What every hook of one call sees, and may change.
 
     Compared and hashed by identity, so a hook can keep contexts in a set or key per-call state
-    on `run_id` (shared by every hook of the call).
+    on `run_id` (shared by every hook of the call). A hook run under `hooks_timeout` is handed
+    a `detached` copy, which compares and hashes as the context it was copied from.
     """
 
     states: List[Any]
@@ -34,6 +37,28 @@ class PredictContext:
     elapsed_ms: Optional[float] = None
     error: Optional[BaseException] = None
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, PredictContext) and _origin(self) is _origin(other)
+
+    def __hash__(self) -> int:
+        return id(_origin(self))
+
+    def detached(self) -> "PredictContext":
+        """A copy for one hook call under `hooks_timeout`: its data (states, questions,
+        results, decision, usage) deep-copied, so a hook that overruns the timeout and keeps
+        running (Python cannot stop a thread) changes only the copy, never this context or
+        the results its caller was given. `settle` takes the copy's changes back when the
+        hook ended in time."""
+        copy = dataclasses.replace(self, **{name: _copied(getattr(self, name))
+                                            for name in _DATA})
+        object.__setattr__(copy, "_detached_from", _origin(self))
+        return copy
+
+    def settle(self, copy: "PredictContext") -> None:
+        """Take every field of `copy` (made by `detached`, its hook ended) into this context."""
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(copy, f.name))
+
     def skip(self, results: List[Dict[str, Any]]) -> None:
         """Answer the call from a start hook: inference does not run, end hooks still do.
 
@@ -46,6 +71,23 @@ class PredictContext:
             raise ValueError("ctx.skip() takes one result for the whole call or one per state in "
                              "ctx.states (%d); got %d" % (len(self.states), len(results)))
         self.results = results
+
+
+_DATA = ("states", "questions", "results", "decision", "usage")
+"""The fields a hook may change in place (containers), copied for a hook under a timeout."""
+
+
+def _origin(ctx: PredictContext) -> PredictContext:
+    origin: PredictContext = getattr(ctx, "_detached_from", ctx)
+    return origin
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy, or a shallow one of a container holding what cannot be deep-copied."""
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # a lock, a file, a C object a caller put in a state
+        return copy.copy(value)
 
 
 class Hook(Protocol):

@@ -9,18 +9,29 @@ if TYPE_CHECKING:  # asyncio costs a third of `import kime`: imported where a ho
     import asyncio
 
 _LOOP: Optional["asyncio.AbstractEventLoop"] = None
+_THREAD: Optional[threading.Thread] = None
 _LOOP_LOCK = threading.Lock()
 
 
 def _background_loop() -> "asyncio.AbstractEventLoop":
+    """The one background loop, started on first use (and again if its thread ended).
+
+    Its thread is alive from `start()` on, but the loop runs a moment later: deciding on
+    `is_running()` let two callers arriving together each start a loop, one of which leaked.
+    The thread decides, and the first caller waits until the loop runs."""
     import asyncio
 
-    global _LOOP
+    global _LOOP, _THREAD
     with _LOOP_LOCK:
-        if _LOOP is None or not _LOOP.is_running():
-            _LOOP = asyncio.new_event_loop()
-            threading.Thread(target=_LOOP.run_forever, daemon=True,
-                             name="kime-async-hooks").start()
+        if _LOOP is None or _THREAD is None or not _THREAD.is_alive():
+            loop = asyncio.new_event_loop()
+            running = threading.Event()
+            loop.call_soon(running.set)
+            thread = threading.Thread(target=loop.run_forever, daemon=True,
+                                      name="kime-async-hooks")
+            thread.start()
+            running.wait()
+            _LOOP, _THREAD = loop, thread
         return _LOOP
 
 

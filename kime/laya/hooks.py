@@ -237,23 +237,26 @@ def _call(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
     """One hook call (an awaitable result is run to completion), bounded by `timeout`.
 
     Under a timeout the hook runs on its own thread, in a copy of the caller's context so
-    context variables (request ids, tracing spans) reach it. Python cannot stop a thread: an
-    overrunning hook keeps running, but the call no longer waits for it.
+    context variables (request ids, tracing spans) reach it, and on a detached copy of `ctx`
+    whose changes are taken back only when the hook ends in time (or raises, as an inline hook's
+    changes stay when it raises). Python cannot stop a thread: an overrunning hook keeps
+    running, but the call no longer waits for it, and what it changes later reaches no one.
     """
-    def invoke() -> None:
-        result = method(ctx)
+    def invoke(target: PredictContext) -> None:
+        result = method(target)
         if inspect.isawaitable(result):
             run_coroutine_sync(result)
 
     if timeout is None:
-        invoke()
+        invoke(ctx)
         return
     failure: List[BaseException] = []
     context = contextvars.copy_context()
+    detached = ctx.detached()
 
     def runner() -> None:
         try:
-            context.run(invoke)
+            context.run(invoke, detached)
         except BaseException as exc:  # re-raised on the caller's thread
             failure.append(exc)
 
@@ -262,6 +265,7 @@ def _call(method: Any, ctx: PredictContext, timeout: Optional[float]) -> None:
     thread.join(timeout)
     if thread.is_alive():
         raise TimeoutError("kime: hook %s exceeded %gs" % (_name(method), timeout))
+    ctx.settle(detached)
     if failure:
         raise failure[0]
 
