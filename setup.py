@@ -23,6 +23,7 @@ checked for it: the build refuses it, naming the interpreter to use instead.
 """
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import sys
@@ -91,6 +92,17 @@ else:
 CSRC = sorted(glob("kime/_cpu/csrc/*.c"))
 HEADERS = sorted(glob("kime/_cpu/csrc/*.h"))
 CSRC_LIB = "kimecsrc"
+
+
+def source_digest() -> str:
+    """A digest of every C and Cython source the extensions compile, built into `_forward` as
+    KIME_SOURCE_DIGEST. The packed-weight cache is keyed on it (kime/_cpu/weights.py): the
+    packers live in these files, so weights packed by other code are never mapped, whether or
+    not anyone remembered to bump a version."""
+    digest = hashlib.sha256()
+    for path in sorted(CSRC + HEADERS + glob("kime/_cpu/*.pyx") + glob("kime/_cpu/*.pxd")):
+        digest.update(Path(path).as_posix().encode() + b"\0" + Path(path).read_bytes())
+    return digest.hexdigest()[:16]
 
 # Flags for one C file: "*" on every machine, else `sysconfig.get_platform()`'s last part (x86_64,
 # aarch64, ...), for GCC and clang (MSVC never contracts across statements under /fp:precise).
@@ -243,7 +255,8 @@ def extensions() -> list[Extension]:
     AVX2/AVX-512 or NEON/dotprod/i8mm/bf16 code at run time."""
     sources = sorted(glob("kime/_cpu/*.pyx"))
     macros = [("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION"),
-              ("NPY_TARGET_VERSION", NUMPY_TARGET)]
+              ("NPY_TARGET_VERSION", NUMPY_TARGET),
+              ("KIME_SOURCE_DIGEST", '"%s"' % source_digest())]
     if LIMITED_API:
         macros.append(("Py_LIMITED_API", limited_api_macro()))
     return [

@@ -51,7 +51,8 @@ def csrc_flags(name: str, machine: str) -> List[str]:
 
 
 def build_program(compiler: str, machine: str, harness: Path, sources: Sequence[str],
-                  out: Path, static: bool = False) -> "subprocess.Popen[bytes]":
+                  out: Path, static: bool = False,
+                  link_flags: Sequence[str] = ()) -> "subprocess.Popen[bytes]":
     """Starts compiling a C test harness with the kernel `sources` (csrc file names), each with
     its own flags from setup.py as the extension build gives them, then linking `out`; -O3 and
     -pthread as setup.py's (no OpenMP: the pool is pthreads). The returned process's output is
@@ -64,6 +65,6 @@ def build_program(compiler: str, machine: str, harness: Path, sources: Sequence[
         steps.append(base + csrc_flags(name, machine)
                      + ["-c", str(CSRC / name), "-o", str(objects / (name + ".o"))])
     link = [compiler, "-pthread", *(step[-1] for step in steps), "-lm", "-o", str(out)]
-    link += ["-static"] if static else []
+    link += (["-static"] if static else []) + list(link_flags)
     script = " && ".join(shlex.join(step) for step in steps + [link])
     return subprocess.Popen(["sh", "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

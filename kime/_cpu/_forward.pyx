@@ -118,8 +118,29 @@ cdef extern from "forward.h":
                        const float *w2, const float *b2, int n_act, float *act_in, float *act_h,
                        float *gemm_scratch, float *act, int nthreads) nogil
 
+cdef extern from *:
+    """
+    #ifndef KIME_SOURCE_DIGEST
+    #error "KIME_SOURCE_DIGEST is setup.py's digest of the sources: build kime through setup.py"
+    #endif
+    static const char *kime_source_digest = KIME_SOURCE_DIGEST;
+    """
+    const char *kime_source_digest
+
 MAX_LAYERS = KIME_MAX_LAYERS
 ACT_HIDDEN = KIME_ACT_HIDDEN
+FORWARD_ERRORS = {-1: "the batch does not fit the plan's arena",
+                  -2: "a token id is outside the vocabulary",
+                  -3: "a row is longer than the model's positions",
+                  -4: "a position id is outside the model's positions"}
+"""kime_forward's and kime_embed's refusals, by return code."""
+
+
+def source_digest() -> str:
+    """setup.py's digest of the C and Cython sources this build was compiled from: what the
+    packed-weight cache is keyed on, so a change to how weights are packed never maps a blob
+    packed before it."""
+    return kime_source_digest.decode()
 
 
 def pool_spin_us() -> int:
@@ -305,11 +326,14 @@ cdef class Model:
 
 cdef int _check_rc(int rc) except -1:
     if rc != 0:
-        raise ValueError({-1: "the batch does not fit the plan's arena",
-                          -2: "a token id is outside the vocabulary",
-                          -3: "a row is longer than the model's positions",
-                          -4: "a position id is outside the model's positions"}[rc])
+        raise ValueError(FORWARD_ERRORS.get(rc, "the forward pass failed with code %d, which "
+                                            "this build does not know" % rc))
     return 0
+
+
+def check_rc(int rc) -> None:
+    """Test entry: what a return code of the forward pass raises (0: nothing)."""
+    _check_rc(rc)
 
 
 cdef class Arena:

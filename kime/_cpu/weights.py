@@ -3,11 +3,14 @@
 The blob holds every GEMM weight packed for the micro-kernels of one ISA (the encoder's and
 decision head's in FP32, INT8 or BF16), the vectors in FP32, the token embedding as FP16 bits
 (widened per gathered token, halving its memory) and the RoPE tables. It is written to
-`<cache>/kime/packed/` keyed by a fingerprint of the checkpoint, the kime version, the ISA, the
-precision (for INT8 also the qgemm kernel set) and the layout version, and later
-loads map it from the file instead of repacking. A cache file is trusted only when its header,
-size and sampled checksum all match; anything else is rebuilt (written to a temporary file and
-renamed, so a crash never leaves a half-written cache behind).
+`<cache>/kime/packed/` keyed by a fingerprint of the checkpoint, the ISA, the precision (for
+INT8 also the qgemm kernel set) and what defines the packing: the digest of the C and Cython
+sources compiled into this build (`_forward.source_digest`, made by setup.py) and of this module
+and `kime.graph`, so a change to how weights are packed or laid out never maps a blob packed
+before it. Later loads map the file instead of repacking. A cache file is trusted only when its
+header, size and checksum of every byte all match; anything else is packed again, with one log
+line (`kime.weights`) and no word to the caller (written to a temporary file and renamed, so a
+crash never leaves a half-written cache behind).
 
 Which tensors the blob holds, their shapes and their order within a layer come from the model
 graph (`kime.graph`); the entry names are the fields of the C model (`csrc/forward.h`) they fill.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import struct
 import tempfile
@@ -31,12 +35,14 @@ from ..errors import warn_caller
 from ..graph import (Block, Graph, Linear, Norm, rope_half_tables,
                      rope_half_tables_uncached)
 
-LAYOUT_VERSION = 2
 MAGIC = b"KIMEPACK"
 ALIGN = 64
 HEADER_ROOM = 1 << 16
-SAMPLE_STRIDE = 1 << 18  # checksum 4 KiB of every 256 KiB: catches truncation and overwrites fast
-SAMPLE_BYTES = 1 << 12
+CHECK_CHUNK = 1 << 24
+"""The checksum reads the blob in 16 MiB steps (zlib's CRC-32 runs at some 4 GB/s here: 0.15 s
+for ModernBERT-base's FP32 blob, a page-in the first forward pass would make anyway)."""
+
+_log = logging.getLogger("kime.weights")
 
 Entries = List[Tuple[str, Callable[[], np.ndarray]]]
 
@@ -174,25 +180,43 @@ def _rope_entry(graph: Graph, name: str) -> np.ndarray:
     return rope_arrays(graph, graph.max_positions)[name]
 
 
+@functools.lru_cache(maxsize=None)
+def layout_digest(compiled: str) -> str:
+    """What defines a blob's packing and layout, as one digest: `compiled`, the build's digest
+    of its C and Cython sources (the packers and the forward pass that reads their panels), and
+    the bytes of this module (which entries, in which order) and of `kime.graph` (the tensors'
+    shapes, the RoPE tables)."""
+    from .. import graph
+
+    digest = hashlib.sha256(compiled.encode())
+    for module in (__file__, graph.__file__):
+        with open(module, "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()[:16]
+
+
 def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
-         qimpl: Optional[str] = None) -> str:
+         qimpl: Optional[str] = None, compiled: Optional[str] = None) -> str:
     """The cache key. An INT8 pack is valid only for the kernel set (`qimpl`, qgemm's impl name)
     that made it, and the ISA alone does not fix that (the CPU's VNNI flavours and KIME_QGEMM
-    choose between avx2, avxvnni and vnni512), so INT8 keys name it."""
-    from .._version import __version__
+    choose between avx2, avxvnni and vnni512), so INT8 keys name it. `compiled` is the build's
+    source digest (`_forward.source_digest()` when not given)."""
+    if compiled is None:
+        from . import _forward
 
+        compiled = _forward.source_digest()
     if precision == "int8":
         if not qimpl:
             raise ValueError("an INT8 cache key needs the qgemm kernel set it was packed for")
         precision += "-" + qimpl
-    return "%s-%s-%s-kime%s-layout%d" % (fingerprint(ck.path), isa_name, precision, __version__,
-                                         LAYOUT_VERSION)
+    return "%s-%s-%s-src%s" % (fingerprint(ck.path), isa_name, precision,
+                               layout_digest(compiled))
 
 
 def _checksum(mm: np.ndarray) -> int:
     crc = 0
-    for start in range(0, mm.shape[0], SAMPLE_STRIDE):
-        crc = zlib.crc32(mm[start:start + SAMPLE_BYTES].data, crc)
+    for start in range(0, mm.shape[0], CHECK_CHUNK):
+        crc = zlib.crc32(mm[start:start + CHECK_CHUNK].data, crc)
     return crc
 
 
@@ -229,24 +253,31 @@ def _write(path: str, key: str, entries: List[Tuple[str, Callable[[], np.ndarray
         raise
 
 
+class Corrupt(Exception):
+    """A cache file that is there but cannot be trusted; the message says why."""
+
+
 def _read(path: str, key: str) -> Optional[Dict[str, np.ndarray]]:
-    """The blob's arrays mapped from `path`, or None when the file is missing, stale or corrupt."""
+    """The blob's arrays mapped from `path`, or None when there is no file. Raises `Corrupt`
+    for a file that is there and cannot be trusted."""
     try:
         with open(path, "rb") as f:
             head = f.read(16)
             if len(head) != 16 or head[:8] != MAGIC:
-                return None
+                raise Corrupt("no packed-weight header")
             (n,) = struct.unpack("<Q", head[8:])
             if n > HEADER_ROOM - 16:
-                return None
+                raise Corrupt("a header of %d bytes" % n)
             header = json.loads(f.read(n))
         if header.get("key") != key:
-            return None
-        if os.path.getsize(path) != HEADER_ROOM + header["data_bytes"]:
-            return None
+            raise Corrupt("its header names another key, %r" % (header.get("key"),))
+        size = os.path.getsize(path)
+        if size != HEADER_ROOM + header["data_bytes"]:
+            raise Corrupt("%d bytes where its header says %d" % (
+                size, HEADER_ROOM + header["data_bytes"]))
         data = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_ROOM)
         if _checksum(data) != header["checksum"]:
-            return None
+            raise Corrupt("its checksum does not match its bytes")
         arrays = {}
         for e in header["entries"]:
             dtype = np.dtype(e["dtype"])
@@ -254,8 +285,10 @@ def _read(path: str, key: str) -> Optional[Dict[str, np.ndarray]]:
             arrays[e["name"]] = np.frombuffer(data, dtype=dtype, count=count,
                                               offset=e["offset"]).reshape(e["shape"])
         return arrays
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
         return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise Corrupt("%s: %s" % (type(e).__name__, e)) from e
 
 
 @dataclass(frozen=True)
@@ -296,7 +329,12 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
     key = _key(ck, isa_name, precision, qimpl)
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
-        arrays = _read(path, key)
+        try:
+            arrays = _read(path, key)
+        except Corrupt as why:
+            _log.warning("packed weights %s cannot be trusted (%s); packing them again", path,
+                         why)
+            arrays = None
         if arrays is not None:
             return Packed(arrays, "cache", path)
     entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu), block_pack)
@@ -306,6 +344,9 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
             arrays = _read(path, key)
             if arrays is not None:
                 return Packed(arrays, "packed", path)
+        except Corrupt as why:  # written, then changed under us: run from memory
+            _log.warning("packed weights %s changed as they were written (%s); running from "
+                         "memory", path, why)
         except OSError as e:
             _unwritable(os.path.dirname(path), e)
     return Packed({name: produce() for name, produce in entries}, "packed", None)

@@ -390,3 +390,16 @@ def test_memory_reads_the_plans_while_a_run_adds_one():
     finally:
         sys.setswitchinterval(interval)
     assert not errors, errors[0]
+
+
+def test_every_forward_return_code_is_a_clear_error():
+    """Issue 53: the codes went through a dict lookup, so a code it did not list surfaced as a
+    bare `KeyError: -5` instead of the forward pass's failure."""
+    from kime._cpu import _forward
+
+    _forward.check_rc(0)
+    for rc, text in _forward.FORWARD_ERRORS.items():
+        with pytest.raises(ValueError, match="^%s$" % text):
+            _forward.check_rc(rc)
+    with pytest.raises(ValueError, match="failed with code -99, which this build does not know"):
+        _forward.check_rc(-99)

@@ -188,3 +188,80 @@ def test_non_finite_weights_raise_naming_the_question(tiny_path, tmp_path, tenso
         agent = kime.load(str(path), device="cpu", answer_cache=0)
     with pytest.raises(kime.NonFiniteLogits):
         agent.predict(REQUEST["state"], QUESTIONS)
+
+
+@pytest.mark.parametrize("damage", ["half", "empty", "garbage", "not a tokenizer", "a list"])
+def test_a_truncated_or_corrupt_tokenizer_names_the_file(tiny_path, tmp_path, damage):
+    path = _copy(tiny_path, tmp_path)
+    tokenizer = path / "tokenizer" / "tokenizer.json"
+    whole = tokenizer.read_bytes()
+    tokenizer.write_bytes({"half": whole[:len(whole) // 2], "empty": b"",
+                           "garbage": np.random.default_rng(0).bytes(4096),
+                           "not a tokenizer": b'{"version": "1.0"}', "a list": b"[1, 2]"}[damage])
+    for load in (lambda: kime.Kime(str(path), device="cpu"),
+                 lambda: kime.load(str(path), device="cpu")):
+        with pytest.raises(kime.TokenizerError, match="does not load as a tokenizer") as info:
+            load()
+        assert str(tokenizer) in str(info.value) and isinstance(info.value, ValueError)
+
+
+def test_a_checkpoint_cut_anywhere_names_the_file(tiny_path, tmp_path):
+    """Cut inside the length prefix, the header, at its end, in the tensors, one byte short:
+    each a `CheckpointError` naming the file, never a raw error from the reader."""
+    import struct
+
+    path = _copy(tiny_path, tmp_path)
+    weights = path / "model.safetensors"
+    whole = weights.read_bytes()
+    header = 8 + struct.unpack("<Q", whole[:8])[0]
+    for cut in (0, 4, 8, 20, header - 1, header, header + 10, len(whole) // 2, len(whole) - 1):
+        weights.write_bytes(whole[:cut])
+        with pytest.raises(kime.CheckpointError) as info:
+            kime.Kime(str(path), device="cpu")
+        assert str(weights) in str(info.value), cut
+
+
+def test_a_cache_entry_with_one_byte_changed_is_packed_again_with_a_log_line(
+        tiny_path, tmp_path, monkeypatch, caplog, expected):
+    """Issue 53: the cache's checksum sampled 4 KiB of every 256 KiB, so a byte changed between
+    samples (a disk's bit rot, a stray write) was mapped and run. Every byte is checked now; a
+    bad entry is packed again and said once in the log, nothing to the caller."""
+    import json
+    import logging
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("KIME_CACHE", str(cache))
+    with _engine(tiny_path) as first:
+        assert first.backend.weights_from == "packed"
+    blob = next((cache / "packed").glob("*.kpack"))
+    raw = blob.read_bytes()
+    header = json.loads(raw[16:16 + int.from_bytes(raw[8:16], "little")])
+    entry = next(e for e in header["entries"] if e["name"] == "enc.1.qkv")
+    at = packed_weights.HEADER_ROOM + entry["offset"] + 5000  # between two old samples
+    with open(blob, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([raw[at] ^ 0x40]))
+    with caplog.at_level(logging.WARNING, logger="kime.weights"):
+        with warnings.catch_warnings(record=True) as told:
+            warnings.simplefilter("always")
+            rebuilt = _engine(tiny_path)
+    assert rebuilt.backend.weights_from == "packed"
+    logged = [r.getMessage() for r in caplog.records if r.name == "kime.weights"]
+    assert len(logged) == 1 and str(blob) in logged[0] and "checksum" in logged[0]
+    assert not [w for w in told if "pack" in str(w.message)]
+    assert _logits(rebuilt) == expected
+    rebuilt.close()
+    with _engine(tiny_path) as mapped:  # the entry written again is trusted
+        assert mapped.backend.weights_from == "cache" and _logits(mapped) == expected
+
+
+def test_the_cache_key_follows_the_build_and_the_layout_code(tiny_path, tmp_path, monkeypatch):
+    """The key names the digest of what packs and lays out the weights (the compiled sources,
+    this build's; weights.py and graph.py), not a version someone must remember to bump."""
+    from kime._cpu import _forward
+
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
+    with _engine(tiny_path) as engine:
+        name = Path(engine.backend.weights_file or "").name
+    assert name.endswith("-src%s.kpack" % packed_weights.layout_digest(_forward.source_digest()))
+    assert len({packed_weights.layout_digest(d) for d in ("a", "b", _forward.source_digest())}) == 3

@@ -241,3 +241,22 @@ def test_build_compiles_each_c_file_once(tmp_path):
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     assert modes["0"] and all(name.endswith(suffix) for name in modes["0"]), modes
     assert modes["1"] and all(name.endswith(".abi3.so") for name in modes["1"]), modes
+
+
+def test_the_build_carries_the_digest_of_its_sources(setup_py):
+    """The packed-weight cache is keyed on `_forward.source_digest()` (issue 53: it was keyed on
+    a version nobody bumped): it must be setup.py's digest of the sources in this checkout, so
+    a change to a packer changes the key once built. A failure here means the extensions were
+    built from other sources: rebuild (`setup.py build_ext --inplace`)."""
+    from kime._cpu import _forward
+
+    if SOURCE not in Path(_forward.__file__ or "").resolve().parents:
+        pytest.skip("kime is not imported from this checkout")
+    cwd = os.getcwd()
+    os.chdir(SOURCE)
+    try:
+        want = setup_py.source_digest()
+        macros = dict(setup_py.extensions()[0].define_macros)
+    finally:
+        os.chdir(cwd)
+    assert _forward.source_digest() == want and macros["KIME_SOURCE_DIGEST"] == '"%s"' % want

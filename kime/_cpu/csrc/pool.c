@@ -83,16 +83,19 @@ static _Atomic int spin_us = -1;
 static _Atomic unsigned long fork_epoch;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static pthread_key_t team_key;
+static int teams_ok; /* the key (teams stop with their thread) and the fork handler are set */
 static __thread team *my_team;
 
 static void after_fork_child(void) { atomic_fetch_add(&fork_epoch, 1); }
 
 static void stop_team(void *p);
 
+/* Without the key a team would outlive its thread, and without the fork handler a child would
+ * wait on its parent's workers: either failing, every step runs on its caller. */
 static void init_once(void)
 {
-    pthread_key_create(&team_key, stop_team);
-    pthread_atfork(NULL, NULL, after_fork_child);
+    teams_ok = pthread_key_create(&team_key, stop_team) == 0
+               && pthread_atfork(NULL, NULL, after_fork_child) == 0;
     if (atomic_load(&spin_us) < 0) {
         const char *s = getenv("KIME_SPIN_US");
         long v = s && *s ? strtol(s, NULL, 10) : 200;
@@ -205,10 +208,13 @@ static void stop_team(void *p)
     free(t);
 }
 
-/* This thread's team with at least `workers` workers (fewer when threads cannot start). */
+/* This thread's team with at least `workers` workers (fewer when threads cannot start), or
+ * NULL when no team can be set up: the caller then runs the step alone. */
 static team *team_of(int workers)
 {
     pthread_once(&once, init_once);
+    if (!teams_ok)
+        return NULL;
     team *t = my_team;
     if (t && t->epoch != atomic_load(&fork_epoch))
         t = NULL; /* started before a fork: its workers stayed in the parent */
@@ -216,12 +222,22 @@ static team *team_of(int workers)
         t = (team *)calloc(1, sizeof *t);
         if (!t)
             return NULL;
+        int made = 0; /* 1: the mutex, 2: and the condition, 3: and the key's value */
+        if (pthread_mutex_init(&t->mu, NULL) == 0 && ++made
+            && pthread_cond_init(&t->cv, NULL) == 0 && ++made
+            && pthread_setspecific(team_key, t) == 0)
+            made++;
+        if (made < 3) {
+            if (made >= 2)
+                pthread_cond_destroy(&t->cv);
+            if (made >= 1)
+                pthread_mutex_destroy(&t->mu);
+            free(t);
+            return NULL;
+        }
         atomic_init(&t->gen, 1u); /* closed: no step yet */
-        pthread_mutex_init(&t->mu, NULL);
-        pthread_cond_init(&t->cv, NULL);
         t->epoch = atomic_load(&fork_epoch);
         my_team = t;
-        pthread_setspecific(team_key, t);
     }
     if (workers > MAX_WORKERS)
         workers = MAX_WORKERS;
