@@ -51,19 +51,37 @@ def render_instructions(ins: object) -> str:
     return ins if isinstance(ins, str) else json.dumps(ins, ensure_ascii=False)
 
 
+def noul_labels_problem(labels: object) -> Optional[str]:
+    """The rule for a noul's `labels`, which every surface asks: what is wrong with them, or
+    None. `keys`: not exactly `false` and `true`; `types`: a text that is not a string; `texts`:
+    a text empty once stripped, or both the same. Each surface words its refusal itself (Laya's
+    Agent in one sentence, laya's MCP tools per reason)."""
+    if not isinstance(labels, dict) or set(labels) != {"false", "true"}:
+        return "keys"
+    if not isinstance(labels["false"], str) or not isinstance(labels["true"], str):
+        return "types"
+    false_label, true_label = labels["false"].strip(), labels["true"].strip()
+    if not false_label or not true_label or false_label == true_label:
+        return "texts"
+    return None
+
+
 def noul_labels(labels: object = None) -> Tuple[str, str]:
     """The (false, true) label texts, stripped. Raises ValueError with Laya's message."""
     if labels is None:
         return "false", "true"
-    if not isinstance(labels, dict) or set(labels) != {"false", "true"}:
+    if noul_labels_problem(labels) is not None:
         raise ValueError(NOUL_LABELS_ERROR)
-    false_label, true_label = labels["false"], labels["true"]
-    if not isinstance(false_label, str) or not isinstance(true_label, str):
-        raise ValueError(NOUL_LABELS_ERROR)
-    false_label, true_label = false_label.strip(), true_label.strip()
-    if not false_label or not true_label or false_label == true_label:
-        raise ValueError(NOUL_LABELS_ERROR)
-    return false_label, true_label
+    assert isinstance(labels, dict)
+    return labels["false"].strip(), labels["true"].strip()
+
+
+def is_option_order(order: object, n: int) -> bool:
+    """The rule for `option_order`, which every surface asks: a permutation of range(n), one
+    slot per option, integers only (a bool, a float or a numeric string is not an index)."""
+    return (isinstance(order, (list, tuple)) and len(order) == n
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in order)
+            and sorted(order) == list(range(n)))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .errors import InvalidArgument, InvalidRequest, Problem, problem, relocated
-from .render import NOUL_LABELS_ERROR, QTYPES, Question, State, noul_labels, to_question
+from .render import (NOUL_LABELS_ERROR, QTYPES, Question, State, is_option_order,
+                     noul_labels_problem, to_question)
 
 _ADD_TEXT = "add the text the model should answer"
 BUDGETS = ("max_len", "head_max_len")
@@ -115,9 +116,7 @@ def check_question(qid: object, qdef: object) -> List[Problem]:
     if "option_order" in qdef:
         order = qdef["option_order"]
         n = option_count(qdef)
-        ints = sorted(int(i) for i in order if isinstance(i, int) and not isinstance(i, bool)) \
-            if isinstance(order, (list, tuple)) else None
-        if not isinstance(order, (list, tuple)) or len(order) != n or ints != list(range(n)):
+        if not is_option_order(order, n):
             add("option_order", "question %r: 'option_order' must be a permutation of range(%d) -- "
                 "one slot per option, each option once -- got %r" % (qid, n, order),
                 "value_error.option_order", order)
@@ -126,9 +125,7 @@ def check_question(qid: object, qdef: object) -> List[Problem]:
             add("labels", "question %r: 'labels' is only supported for noul questions" % (qid,),
                 "value_error.labels", qdef["labels"])
         else:
-            try:
-                noul_labels(qdef["labels"])
-            except ValueError:
+            if noul_labels_problem(qdef["labels"]) is not None:
                 add("labels", "question %r: %s" % (qid, NOUL_LABELS_ERROR), "value_error.labels",
                     qdef["labels"])
     for field_ in ("instructions", "criteria", "labels"):

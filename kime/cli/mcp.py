@@ -58,11 +58,11 @@ def _mcp(args: argparse.Namespace) -> int:
 
 
 def _state_limit(flag: Optional[str]) -> int:
-    from ..mcp.validate import MAX_STATE_CHARS
+    from ..laya.limits import STATE_CHARS
 
     raw = flag if flag is not None else os.environ.get(LIMIT_ENV, "").strip()
     if not raw:
-        return MAX_STATE_CHARS
+        return STATE_CHARS
     try:
         value = int(raw)
     except ValueError:

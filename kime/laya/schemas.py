@@ -15,10 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..errors import InvalidRequest, Problem, problem
+from . import limits
 
-MAX_PROPERTIES = 32
-MAX_OPTIONS = 32
-MAX_SCORE_LEVELS = 10
+# laya.structured's names for the planner's limits (`kime.laya.limits` holds them)
+MAX_PROPERTIES = limits.SCHEMA_PROPERTIES
+MAX_OPTIONS = limits.SCHEMA_OPTIONS
+MAX_SCORE_LEVELS = limits.SCHEMA_SCORE_LEVELS
 
 
 class SchemaError(InvalidRequest):

@@ -16,7 +16,8 @@ import threading
 from typing import Any, Dict, Optional, Tuple
 
 from .remote import RemoteRouter, base_url_from
-from .validate import MAX_STATE_CHARS, ToolError
+from ..laya.limits import STATE_CHARS
+from .validate import ToolError
 
 MCP_PRELOAD = ("english", "multilingual")
 """What laya's MCP server preloads when `LAYA_MODELS` is unset."""
@@ -40,7 +41,7 @@ class Runner:
 
     def __init__(self, settings: Any, base_url: Optional[str] = None,
                  api_key: Optional[str] = None, timeout: Optional[float] = None,
-                 max_state_chars: int = MAX_STATE_CHARS):
+                 max_state_chars: int = STATE_CHARS):
         self.settings = settings
         self.base_url = base_url_from(base_url)
         self.api_key = api_key

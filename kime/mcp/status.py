@@ -14,7 +14,8 @@ from typing import Any, Callable, Dict, List, Optional
 from .._version import __version__
 from ..laya import presets as laya_presets
 from .tools import AUTO, Result, device_of, laya_predict, resident
-from .validate import MAX_STATE_CHARS, ToolError, validate_state
+from ..laya.limits import STATE_CHARS
+from .validate import ToolError, validate_state
 
 PRESETS: Dict[str, str] = {
     "guard": "guard_questions",
@@ -66,7 +67,7 @@ def laya_preset(preset: Any, state: Any, *, task: Any = None, lang: Any = None,
                 lang_guess: Any = None, max_len: Any = None, head_max_len: Any = None,
                 min_confidence: Any = None, router: Any = None, agent: Any = None,
                 preset_builder: Optional[Callable[[str], Dict[str, Any]]] = preset_questions,
-                max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                max_state_chars: int = STATE_CHARS) -> Result:
     """A preset's questions asked of `state` through `laya_predict`. A state of one string
     value under another key is moved under the field the questions read."""
     name = validate_preset(preset)

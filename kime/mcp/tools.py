@@ -18,7 +18,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..errors import InvalidRequest
 from ..laya.options import ROUTING_HINTS, CallOptions
-from .validate import (AUTO, MAX_STATE_CHARS, ToolError, refuse_pinned, validate_batch,
+from ..laya.limits import STATE_CHARS
+from .validate import (AUTO, ToolError, refuse_pinned, validate_batch,
                        validate_budget, validate_hooks_timeout, validate_lang,
                        validate_lang_guess, validate_min_confidence, validate_model,
                        validate_positive, validate_questions, validate_state, validate_task)
@@ -114,7 +115,7 @@ def _controls(task: Any, lang: Any, max_len: Any, head_max_len: Any, lang_guess:
 def laya_predict(state: Any, questions: Any, model: Any = AUTO, *, task: Any = None,
                  lang: Any = None, lang_guess: Any = None, max_len: Any = None,
                  head_max_len: Any = None, min_confidence: Any = None, router: Any = None,
-                 agent: Any = None, max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                 agent: Any = None, max_state_chars: int = STATE_CHARS) -> Result:
     """Answer typed questions in one forward pass: the Router routes (or `model` pins), the
     answers come back with `routing`, `latency_ms` and the answering `device`."""
     state_d = validate_state(state, max_state_chars)
@@ -147,7 +148,7 @@ def laya_predict(state: Any, questions: Any, model: Any = AUTO, *, task: Any = N
 
 def laya_route(state: Any, questions: Any, *, model: Any = None, task: Any = None,
                lang: Any = None, lang_guess: Any = None, router: Any = None,
-               max_state_chars: int = MAX_STATE_CHARS) -> Result:
+               max_state_chars: int = STATE_CHARS) -> Result:
     """The checkpoint `laya_predict` with the same controls would answer from, loading none."""
     state_d = validate_state(state, max_state_chars)
     questions_d = validate_questions(questions)
@@ -174,7 +175,7 @@ def _counts(models: List[Any]) -> Dict[str, int]:
 
 def laya_predict_batch(requests: Any, batch_size: Any = None, hooks_timeout: Any = None,
                        min_confidence: Any = None, sort_by_length: bool = False, *,
-                       router: Any = None, max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                       router: Any = None, max_state_chars: int = STATE_CHARS) -> Result:
     """Many requests in one `Router.predict_batch`: routed, grouped by checkpoint and question
     set, answered in shared forward passes; results in input order with `model_counts`."""
     items = validate_batch(requests, resolver(router), max_state_chars)
@@ -212,7 +213,7 @@ def laya_predict_batch(requests: Any, batch_size: Any = None, hooks_timeout: Any
 
 
 def laya_route_batch(requests: Any, hooks_timeout: Any = None, *, router: Any = None,
-                     max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                     max_state_chars: int = STATE_CHARS) -> Result:
     """Every request's routing decision, in order, with `model_counts`; no forward pass."""
     items = validate_batch(requests, resolver(router), max_state_chars)
     timeout = validate_hooks_timeout(hooks_timeout)
@@ -226,7 +227,7 @@ def laya_route_batch(requests: Any, hooks_timeout: Any = None, *, router: Any = 
 
 def laya_decide(state: Any, schema: Any, model: Any = AUTO, *, min_confidence: Any = None,
                 router: Any = None, agent: Any = None,
-                max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                max_state_chars: int = STATE_CHARS) -> Result:
     """A JSON Schema's values (enum members, integer levels, booleans) decided in one forward
     pass (`kime.laya.structured.decide`), with per-field confidence and probabilities."""
     from ..laya.structured import SchemaError, decide

@@ -8,25 +8,26 @@ without the SDK.
 
 kime's additions to Laya's checks, each turning what laya reports as an `internal_error` (or a
 server crash over the wire) into the caller's mistake: a string that holds an unpaired surrogate
-and a state longer than `MAX_STATE_CHARS` are `invalid_state`; a checkpoint name registered on
-the serving Router (`--model NAME=SOURCE`) is a valid `model`, where laya knows only its three.
+and a state longer than `--max-state-chars` (`kime.laya.limits.STATE_CHARS`) are
+`invalid_state`; a checkpoint name registered on the serving Router (`--model NAME=SOURCE`) is
+a valid `model`, where laya knows only its three. The rules a question follows (a noul's
+labels, an option order, a token budget) are the Agent's own (`kime.render`, `kime.request`),
+worded in laya's tools' voice.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Callable, Dict, List, Optional
 
 from ..laya.confidence import MinConfidence, check_min_confidence
 from ..laya.hooks import validate_timeout
+from ..laya.limits import STATE_CHARS, state_chars
 from ..laya.routing import normalise_name
+from ..render import is_option_order, noul_labels_problem
 from ..request import budget_problems
 
 AUTO = "auto"
 """The tools' own word for "let the router choose"; every other `model` names a checkpoint."""
 VALID_TYPES = ("choice", "noul", "score")
-MAX_STATE_CHARS = 50000
-"""laya serve's cap on a state (`state too large`), the default of `kime mcp --max-state-chars`:
-a state is read from its first window, so past this length it only costs tokenizing."""
 PINNED = "%s routes between checkpoints; with a pinned model there is nothing to route"
 
 
@@ -48,25 +49,23 @@ def _bad_questions(message: str) -> ToolError:
 
 
 def _check_labels(name: str, labels: Any) -> None:
-    # A noul's `labels` rename its two options: exactly `false` and `true`, distinct strings.
-    if not isinstance(labels, dict) or set(labels) != {"false", "true"}:
+    # The Agent's rule (`noul_labels_problem`), in laya's tools' words for each reason.
+    why = noul_labels_problem(labels)
+    if why == "keys":
         raise _bad_questions("questions[%s].labels must map exactly 'false' and 'true' to "
                              "distinct non-empty strings" % name)
-    values = [labels["false"], labels["true"]]
-    if not all(isinstance(v, str) for v in values):
+    if why == "types":
         raise _bad_questions("questions[%s].labels must give 'false' and 'true' string values, "
-                             "got %s" % (name, [type(v).__name__ for v in values]))
-    texts = [v.strip() for v in values]
-    if not texts[0] or not texts[1] or texts[0] == texts[1]:
+                             "got %s" % (name, [type(labels[k]).__name__
+                                                for k in ("false", "true")]))
+    if why == "texts":
         raise _bad_questions("questions[%s].labels must give 'false' and 'true' distinct "
                              "non-empty strings" % name)
 
 
 def _check_order(name: str, order: Any, n: int) -> List[int]:
-    # Slot s shows option order[s]: a permutation of range(n), integers only (no bools).
-    if (not isinstance(order, (list, tuple)) or len(order) != n
-            or not all(isinstance(i, int) and not isinstance(i, bool) for i in order)
-            or sorted(order) != list(range(n))):
+    # The Agent's rule (`is_option_order`): slot s shows option order[s].
+    if not is_option_order(order, n):
         raise _bad_questions("questions[%s].option_order must be a permutation of range(%d) -- "
                              "one slot per option, each option once -- got %r" % (name, n, order))
     return list(order)
@@ -158,7 +157,7 @@ def _surrogate(value: Any, depth: int = 0) -> Optional[str]:
     return None
 
 
-def validate_state(state: Any, max_chars: int = MAX_STATE_CHARS) -> Dict[Any, Any]:
+def validate_state(state: Any, max_chars: int = STATE_CHARS) -> Dict[Any, Any]:
     """A non-empty JSON object, as laya's tools take a state; kime also refuses one holding an
     unpaired surrogate, or longer than `max_chars` as JSON (0: no limit)."""
     if not isinstance(state, dict) or not state:
@@ -169,8 +168,8 @@ def validate_state(state: Any, max_chars: int = MAX_STATE_CHARS) -> Dict[Any, An
                         "those cannot be encoded as UTF-8" % (text[:40],))
     if max_chars:
         try:
-            n = len(json.dumps(state, ensure_ascii=False))
-        except (TypeError, ValueError, RecursionError):
+            n = state_chars(state)
+        except ValueError:
             raise ToolError("invalid_state", "state must be JSON-serializable") from None
         if n > max_chars:
             raise ToolError("invalid_state", "state too large (%d > %d chars)" % (n, max_chars))
@@ -307,7 +306,7 @@ def _batch_item(request: Any, i: int, resolve: Optional[Callable[[Any], str]],
 
 
 def validate_batch(requests: Any, resolve: Optional[Callable[[Any], str]] = None,
-                   max_chars: int = MAX_STATE_CHARS) -> List[Dict[str, Any]]:
+                   max_chars: int = STATE_CHARS) -> List[Dict[str, Any]]:
     """Every request of a batch checked as the single tools check theirs, in order, before
     anything loads: one bad item fails the call."""
     if not isinstance(requests, list) or not requests:

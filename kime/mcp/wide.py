@@ -22,7 +22,8 @@ import weakref
 from typing import Any, Dict, Optional, Tuple
 
 from .tools import AUTO, Result, answers_of, decision_dict, device_of, laya_predict, resident
-from .validate import (MAX_STATE_CHARS, ToolError, refuse_pinned, validate_budget,
+from ..laya.limits import STATE_CHARS
+from .validate import (ToolError, refuse_pinned, validate_budget,
                        validate_lang, validate_lang_guess, validate_min_confidence,
                        validate_model, validate_positive, validate_questions, validate_state,
                        validate_task)
@@ -93,7 +94,7 @@ def laya_shortlist(state: Any, questions: Any, model: Any = AUTO, k: Any = None,
                    task: Any = None, lang: Any = None, lang_guess: Any = None,
                    max_len: Any = None, head_max_len: Any = None, min_confidence: Any = None,
                    router: Any = None, agent: Any = None, embed_fn: Any = None,
-                   max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                   max_state_chars: int = STATE_CHARS) -> Result:
     """Each wide choice narrowed to its `k` labels closest to the state (cosine of the
     answering checkpoint's mean-pooled encoder vectors), then one forward pass; `shortlist`
     reports the kept labels and scores per question."""
@@ -185,7 +186,7 @@ def laya_tournament(state: Any, questions: Any, model: Any = AUTO, group_size: A
                     task: Any = None, lang: Any = None, lang_guess: Any = None,
                     max_len: Any = None, head_max_len: Any = None, min_confidence: Any = None,
                     router: Any = None, agent: Any = None,
-                    max_state_chars: int = MAX_STATE_CHARS) -> Result:
+                    max_state_chars: int = STATE_CHARS) -> Result:
     """Wide choices answered by balanced elimination (`predict_tournament`): each round's
     groups share one forward pass, the winners meet until they fit one group, then one final
     call answers everything; `tournament` gives the finalists, `n` and `rounds`."""

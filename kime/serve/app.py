@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 
 from ..errors import InvalidRequest
 from . import schema, wire
-from .limits import MAX_BODY_BYTES
+from ..laya.limits import BODY_BYTES
 from .metrics import CONTENT_TYPE, Metrics
 from .protocol import with_header_deadline
 from .foreign import Foreign, is_foreign
@@ -117,17 +117,17 @@ class Service:
         self.in_flight += 1
 
     async def read_json(self, request: Request) -> Any:
-        """The body, refused past `MAX_BODY_BYTES` (on its Content-Length, before reading, when
+        """The body, refused past `BODY_BYTES` (on its Content-Length, before reading, when
         it gives one) or when it takes longer than `body_read_timeout` to arrive."""
         length = request.headers.get("content-length")
-        if length and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        if length and length.isdigit() and int(length) > BODY_BYTES:
             raise HTTPException(status_code=413, detail="request body too large")
 
         async def collect() -> bytes:
             total, chunks = 0, []
             async for chunk in request.stream():
                 total += len(chunk)
-                if total > MAX_BODY_BYTES:
+                if total > BODY_BYTES:
                     raise HTTPException(status_code=413, detail="request body too large")
                 chunks.append(chunk)
             return b"".join(chunks)

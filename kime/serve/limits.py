@@ -8,7 +8,6 @@ reaches the client as a 422 listing every problem.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
@@ -16,20 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 from fastapi import HTTPException
 
 from .. import names
+from ..laya import limits
 from ..request import BUDGETS, budget_problems, raise_if
-from .settings import MAX_CHOICE_OPTIONS
 
-MAX_QUESTIONS = 64
-MAX_STATE_CHARS = 50000
-MAX_BATCH_STATES = 64
-MAX_BODY_BYTES = 2 * 1024 * 1024
-MAX_TOURNAMENT_CHOICE_OPTIONS = 255
-"""A choice's option cap with `tournament_group` on: Jev's, since the choice is read in groups."""
 ROW_TOKENS_ASSUMED = 512
 """The row width a batch's token budget assumes when a request sets no `max_len` (laya serve's
 `_BATCH_ROW_TOKENS_ASSUMED`: the English checkpoint's)."""
-MAX_SCORE_LEVELS = 32
-MAX_TOTAL_OPTIONS = 512
 BODY_REFUSALS = ("hooks", "on_predict_start", "on_predict_end", "hooks_raise", "hooks_timeout")
 BATCH_BODY_OUT_PARAMETERS = ("diagnostics",)
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -50,7 +41,7 @@ def refuse(status: int, detail: str) -> HTTPException:
     return HTTPException(status_code=status, detail=detail)
 
 
-def check_shape(body: Any, batch: bool, max_choice_options: int = MAX_CHOICE_OPTIONS
+def check_shape(body: Any, batch: bool, max_choice_options: int = limits.CHOICE_OPTIONS
                 ) -> Tuple[List[Any], Any]:
     """The checks every body passes first, whatever the server runs: its shape, its sizes, the
     fields HTTP cannot carry, and strings UTF-8 cannot encode. Returns (states, questions)."""
@@ -77,13 +68,14 @@ def _fields(body: Any, batch: bool) -> Tuple[List[Any], Any]:
     states = body["states"]
     if not isinstance(states, list) or len(states) == 0:
         raise refuse(400, "'states' must be a non-empty list")
-    if len(states) > MAX_BATCH_STATES:
-        raise refuse(413, "too many states in batch (%d > %d)" % (len(states), MAX_BATCH_STATES))
+    if len(states) > limits.BATCH_STATES:
+        raise refuse(413, "too many states in batch (%d > %d)"
+                     % (len(states), limits.BATCH_STATES))
     return states, body["questions"]
 
 
 def check_sizes(states: List[Any], questions: Any,
-                max_choice_options: int = MAX_CHOICE_OPTIONS) -> None:
+                max_choice_options: int = limits.CHOICE_OPTIONS) -> None:
     """laya serve's `_check_request_limits` for each state: 400 for a missing state or
     non-object questions, 413 for too many questions or options (`max_choice_options` in one
     choice) or too long a state."""
@@ -95,15 +87,15 @@ def check_sizes(states: List[Any], questions: Any,
         if i == 0:
             _check_question_sizes(questions, max_choice_options)
         n = _state_length(state)
-        if n > MAX_STATE_CHARS:
-            raise refuse(413, "state too large (%d > %d chars)" % (n, MAX_STATE_CHARS))
+        if n > limits.STATE_CHARS:
+            raise refuse(413, "state too large (%d > %d chars)" % (n, limits.STATE_CHARS))
 
 
 def _check_question_sizes(questions: Any, max_choice_options: int) -> None:
     if not isinstance(questions, dict):
         raise refuse(400, "'questions' must be an object")
-    if len(questions) > MAX_QUESTIONS:
-        raise refuse(413, "too many questions (%d > %d)" % (len(questions), MAX_QUESTIONS))
+    if len(questions) > limits.QUESTIONS:
+        raise refuse(413, "too many questions (%d > %d)" % (len(questions), limits.QUESTIONS))
     total = 0
     for qid, question in questions.items():
         if not isinstance(question, dict):
@@ -116,20 +108,18 @@ def _check_question_sizes(questions: Any, max_choice_options: int) -> None:
                              % (qid, len(crit), max_choice_options))
         elif qtype == "score" and isinstance(crit, list):
             total += len(crit)
-            if len(crit) > MAX_SCORE_LEVELS:
+            if len(crit) > limits.BODY_SCORE_LEVELS:
                 raise refuse(413, "too many score levels for %r (%d > %d)"
-                             % (qid, len(crit), MAX_SCORE_LEVELS))
-    if total > MAX_TOTAL_OPTIONS:
+                             % (qid, len(crit), limits.BODY_SCORE_LEVELS))
+    if total > limits.TOTAL_OPTIONS:
         raise refuse(413, "too many answer options across questions (%d > %d)"
-                     % (total, MAX_TOTAL_OPTIONS))
+                     % (total, limits.TOTAL_OPTIONS))
 
 
 def _state_length(state: Any) -> int:
-    if isinstance(state, str):
-        return len(state)
     try:
-        return len(json.dumps(state, ensure_ascii=False))
-    except (TypeError, ValueError, RecursionError):
+        return limits.state_chars(state)
+    except ValueError:
         raise refuse(400, "'state' must be JSON-serializable") from None
 
 

@@ -15,7 +15,7 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional
 
 from ..laya.shortlist import predict_tournament_async
 from .limits import refuse
-from .settings import MAX_CHOICE_OPTIONS
+from ..laya.limits import CHOICE_OPTIONS
 
 Result = Dict[str, Any]
 Predict = Callable[..., Awaitable[Result]]
@@ -28,7 +28,7 @@ def plan(questions: Any, group: int) -> Optional[Dict[Any, List[Any]]]:
 
     Every choice of more than `group` options is narrowed. A choice with an `option_order`, or
     with a label that is not a string (it could not be mapped back onto the answer), keeps the
-    one pass while one pass can read it. Once some choice is over `MAX_CHOICE_OPTIONS`, which
+    one pass while one pass can read it. Once some choice is over `CHOICE_OPTIONS`, which
     only the raised cap admits, the request is narrowed, orders are dropped, and a label that
     is not a string is laya serve's 422."""
     if not isinstance(questions, dict):
@@ -44,11 +44,11 @@ def plan(questions: Any, group: int) -> Optional[Dict[Any, List[Any]]]:
         return None
     unmappable = [qid for qid, labels in large.items()
                   if not all(isinstance(label, str) for label in labels)]
-    if any(len(labels) > MAX_CHOICE_OPTIONS for labels in large.values()):
+    if any(len(labels) > CHOICE_OPTIONS for labels in large.values()):
         if unmappable:
             raise refuse(422, "question %r: a choice is narrowed by elimination once a request "
                          "has one over %d options, and that needs every label to be a string"
-                         % (unmappable[0], MAX_CHOICE_OPTIONS))
+                         % (unmappable[0], CHOICE_OPTIONS))
         return large
     ordered = [qid for qid in large if questions[qid].get("option_order") is not None]
     return None if unmappable or ordered else large

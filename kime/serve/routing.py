@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 from .. import names
 from ..laya.confidence import check_min_confidence
 from ..laya.options import CallOptions
-from .limits import (MAX_CHOICE_OPTIONS, Body, budgets, check_batch_controls, check_languages,
+from ..laya.limits import CHOICE_OPTIONS
+from .limits import (Body, budgets, check_batch_controls, check_languages,
                      check_model, check_shape, refuse)
 from .settings import ConfigError, Settings
 
@@ -130,7 +131,7 @@ class Ask:
 
 
 def check_routed_body(raw: Any, batch: bool, resolve: Callable[[Any], str],
-                      max_token_budget: int, max_choice_options: int = MAX_CHOICE_OPTIONS
+                      max_token_budget: int, max_choice_options: int = CHOICE_OPTIONS
                       ) -> Ask:
     """laya serve's checks of a body for a Router, in its order: shape and sizes (at most
     `max_choice_options` in a choice), refusals, unpaired surrogates, the model named, the
@@ -142,7 +143,7 @@ def check_routed_body(raw: Any, batch: bool, resolve: Callable[[Any], str],
 
 
 def check_single_body(raw: Any, batch: bool, served: str, max_token_budget: int,
-                      max_choice_options: int = MAX_CHOICE_OPTIONS) -> Ask:
+                      max_choice_options: int = CHOICE_OPTIONS) -> Ask:
     """The same checks for the one checkpoint `served`, in the same order: the `model` named
     may be `served`, the bundle id or a name that pins nothing (`limits.check_model`); the
     language hints and the confidence gate are taken as a Router takes them."""

@@ -3,13 +3,13 @@
 The handlers read raw JSON and check it themselves (laya serve's order of checks and texts), so
 FastAPI cannot derive these; they are written out here so the OpenAPI document tells clients
 and generators (and the schemathesis run in the tests) what a body holds. The bounds are the
-handlers' own (`limits.MAX_*`), so the document cannot promise more than the server takes.
+handlers' own (`kime.laya.limits`), so the document cannot promise more than the server takes.
 """
 from __future__ import annotations
 
 from typing import Any, Dict
 
-from .limits import MAX_BATCH_STATES, MAX_QUESTIONS
+from ..laya import limits
 
 STATE: Dict[str, Any] = {
     "description": "The text, JSON object or conversation (a list of turns) to decide about.",
@@ -31,7 +31,7 @@ QUESTION: Dict[str, Any] = {
     },
 }
 QUESTIONS: Dict[str, Any] = {"type": "object", "additionalProperties": QUESTION,
-                             "maxProperties": MAX_QUESTIONS}
+                             "maxProperties": limits.QUESTIONS}
 BUDGET: Dict[str, Any] = {"type": "integer", "minimum": 1}
 COMMON: Dict[str, Any] = {
     "questions": QUESTIONS,
@@ -57,7 +57,7 @@ SYSTEMONE: Dict[str, Any] = {
 BATCH: Dict[str, Any] = {
     "type": "object", "required": ["states", "questions"],
     "properties": dict(COMMON, states={"type": "array", "items": STATE,
-                                       "maxItems": MAX_BATCH_STATES},
+                                       "maxItems": limits.BATCH_STATES},
                        batch_size={"type": "integer", "minimum": 1},
                        sort_by_length={"type": "boolean"}),
 }

@@ -19,16 +19,16 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
                     cast)
 
 from ..errors import InvalidRequest
-from ..laya import Agent
+from ..laya import Agent, limits
 from ..laya.call import Routing, router_batch, router_one
 from ..laya.driver import run_async
 from ..laya.options import CallOptions
 from ..laya.routing import repo_str
 from . import narrowing
-from .limits import MAX_TOURNAMENT_CHOICE_OPTIONS, chunk_size, refuse
+from .limits import chunk_size, refuse
 from .metrics import Lifecycle, Metrics
 from .routing import Ask, check_routed_body, check_single_body, route_all
-from .settings import MAX_CHOICE_OPTIONS, Settings
+from .settings import Settings
 
 if TYPE_CHECKING:
     from ..engine import Kime
@@ -47,8 +47,8 @@ class Shaping:
 
     def __init__(self, settings: Settings):
         self.group = settings.tournament_group
-        self.max_choice_options = (MAX_TOURNAMENT_CHOICE_OPTIONS if self.group
-                                   else MAX_CHOICE_OPTIONS)
+        self.max_choice_options = (limits.TOURNAMENT_CHOICE_OPTIONS if self.group
+                                   else limits.CHOICE_OPTIONS)
         self.max_token_budget = settings.max_token_budget
         self.max_batch_tokens = settings.max_batch_tokens
 

@@ -31,14 +31,13 @@ from typing import Annotated, Any, Callable, Dict, List, Mapping, Optional, Tupl
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from ..cache import ANSWER_CACHE
+from ..laya.limits import CHOICE_OPTIONS
 
 KEY_ENV = ("KIME_API_KEY", "LAYA_API_KEY")
 LAYA_MAX_CONCURRENT = 16
 """laya serve's admission cap, what a `LAYA_MAX_CONCURRENT` that is not a positive integer means."""
 MAX_BATCH_TOKENS = 131072
 """laya serve's `DEFAULT_MAX_BATCH_TOKENS`: 256 rows of 512 tokens in one forward pass."""
-MAX_CHOICE_OPTIONS = 100
-"""laya serve's one-pass cap on a choice's options (`limits` refuses past it)."""
 """Each one, when set, adds one bearer key (laya serve reads LAYA_API_KEY)."""
 CONFIG_ENV = "KIME_CONFIG"
 ENGINES = ("local", "ray")
@@ -130,7 +129,7 @@ def _laya_tournament_group(value: Any) -> int:
         n = int(str(value))
     except ValueError:
         return 0
-    return n if 2 <= n <= MAX_CHOICE_OPTIONS else 0
+    return n if 2 <= n <= CHOICE_OPTIONS else 0
 
 
 def _laya_batch_tokens(value: Any) -> int:
