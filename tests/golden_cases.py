@@ -5,6 +5,8 @@ comparison every golden test uses (keys and their order, types exactly, rounded 
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 from typing import Any, Dict, List
 
 import kime
@@ -28,6 +30,23 @@ def read_goldens(name: str) -> Any:
 
 DATA = read_goldens("cases.json")
 CASES = DATA["cases"]
+LIMITS = read_goldens("limits.json")
+"""Laya at the model's limits (`tools/goldens_limits.py`)."""
+
+
+def limits_checkpoint(name: str, tmp: Path) -> Path:
+    """A checkpoint of `limits.json` on disk: a committed one, or (under `tmp`) the copy of one
+    with its encoder config changed as the recorder changed it."""
+    info = LIMITS["checkpoints"][name]
+    if "path" in info:
+        return GOLDENS / info["path"]
+    out = tmp / name
+    if not out.exists():
+        shutil.copytree(GOLDENS / info["copy_of"], out)
+        config = json.loads((out / "encoder" / "config.json").read_text())
+        config.update(info["encoder_config"])
+        (out / "encoder" / "config.json").write_text(json.dumps(config))
+    return out
 
 
 def assert_same(ours: Any, theirs: Any, path: str = "") -> None:

@@ -7,9 +7,7 @@ positions", a 500 over HTTP) after building a 16,384-token plan that was kept fo
 """
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -21,11 +19,9 @@ import pytest
 import kime
 from kime.buckets import BUCKETS
 
-from ..golden_cases import assert_same, call_case, case_rows, read_goldens
-from ..paths import GOLDENS
+from ..golden_cases import LIMITS, assert_same, call_case, case_rows, limits_checkpoint
 from ..tolerances import FP32
 
-LIMITS = read_goldens("limits.json")
 QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?",
                       "criteria": ["billing", "tech", "sales"]},
              "spam": {"type": "noul", "instructions": "Is it spam?"}}
@@ -45,25 +41,10 @@ def _load(path: Path, backend: str = "compiled", **kw: Any) -> kime.Agent:
             os.environ["KIME_CPU_BACKEND"] = old
 
 
-def checkpoint_path(name: str, tmp: Path) -> Path:
-    """A limits checkpoint on disk: a committed one, or the copy of one with the encoder config
-    changed as the recorder changed it."""
-    info = LIMITS["checkpoints"][name]
-    if "path" in info:
-        return GOLDENS / info["path"]
-    out = tmp / name
-    if not out.exists():
-        shutil.copytree(GOLDENS / info["copy_of"], out)
-        config = json.loads((out / "encoder" / "config.json").read_text())
-        config.update(info["encoder_config"])
-        (out / "encoder" / "config.json").write_text(json.dumps(config))
-    return out
-
-
 @pytest.fixture(scope="module")
 def agents(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, kime.Agent]:
     tmp = tmp_path_factory.mktemp("limits")
-    return {name: _load(checkpoint_path(name, tmp)) for name in LIMITS["checkpoints"]}
+    return {name: _load(limits_checkpoint(name, tmp)) for name in LIMITS["checkpoints"]}
 
 
 def _cases(slow: bool):
@@ -125,7 +106,7 @@ def test_laya_past_modernberts_8192_positions(agents, case):
 def test_a_row_past_the_tables_runs_as_the_reference(tmp_path):
     """Past the RoPE tables, the compiled forward pass reads tables made for the call, with
     the same bits where both reach: rows of 100 to 700 tokens on 64 positions."""
-    path = checkpoint_path("tiny-positions-64", tmp_path)
+    path = limits_checkpoint("tiny-positions-64", tmp_path)
     compiled, reference = _load(path).engine, _load(path, "reference").engine
     assert compiled.checkpoint.graph.max_positions == 160
     compiled.decide({"state": "warm", "questions": QUESTIONS})
@@ -142,7 +123,7 @@ def test_a_row_past_the_tables_runs_as_the_reference(tmp_path):
 def test_a_text_past_the_tables_is_embedded_as_the_reference_embeds_it(tmp_path):
     """Laya's embedder runs the encoder on whatever `max_length` lets through, past the
     positions too (kime refused such a text before)."""
-    path = checkpoint_path("tiny-positions-64", tmp_path)
+    path = limits_checkpoint("tiny-positions-64", tmp_path)
     compiled, reference = _load(path).engine, _load(path, "reference").engine
     texts = ["short", "I was charged twice for one order. " * 60]
     got = compiled.embed(texts, max_length=400, cache=False)
