@@ -21,10 +21,23 @@ import os
 from dataclasses import dataclass
 from typing import Any, FrozenSet, Hashable, List, Optional, Protocol, Set
 
+from ..errors import KimeError
 from .source import JobInputError, kind_of, parquet
 
 PART_PREFIX = "part-"
 _TMP_PREFIX = ".part-"
+
+
+class JobOutputError(KimeError, OSError):
+    """An output chunk that could not be written (a full disk, a file too large, a mount gone).
+    What was written before is whole on disk -- the chunk that failed is taken back -- so
+    `--resume` carries on, with no row lost or written twice, once the cause is fixed."""
+
+
+def _cannot_write(path: str, error: OSError, done: int) -> JobOutputError:
+    return JobOutputError("cannot write output %s: %s; the %d rows written before are whole on "
+                          "disk: free space (or fix the cause), then run again with --resume"
+                          % (path, error.strerror or error, done))
 
 
 @dataclass
@@ -79,7 +92,9 @@ class JsonlSink:
                                 "or remove it" % path)
         if exists:
             self.done = self._resume()
-        self._file = open(path, "ab")
+        # unbuffered: a failed write leaves nothing behind to be flushed later
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        self._written = len(self.done)
 
     def _resume(self) -> Set[Hashable]:
         done: Set[Hashable] = set()
@@ -119,12 +134,23 @@ class JsonlSink:
                 lines.append(head + ', "result": ' + str(r.result) + "}\n")
             else:
                 lines.append(head + ', "error": ' + r.error + "}\n")
-        self._file.write("".join(lines).encode("utf-8"))
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        data = memoryview("".join(lines).encode("utf-8"))
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+            os.fsync(self._fd)
+        except OSError as e:
+            try:  # take the chunk back: the file ends with whole chunks only
+                os.ftruncate(self._fd, start)
+                os.fsync(self._fd)
+            except OSError:
+                pass  # a torn last line: --resume cuts it
+            raise _cannot_write(self.path, e, self._written) from e
+        self._written += len(rows)
 
     def close(self) -> None:
-        self._file.close()
+        os.close(self._fd)
 
 
 class ParquetSink:
@@ -153,6 +179,7 @@ class ParquetSink:
             self.id_type = column.type
             self.done.update(column.to_pylist())
         self.ids = "int" if pa.types.is_integer(self.id_type) else "text"
+        self._written = len(self.done)
         self._next = 1 + max([int(os.path.basename(p)[len(PART_PREFIX):-8]) for p in parts],
                              default=-1)
 
@@ -170,11 +197,17 @@ class ParquetSink:
                           "error": pa.array([r.error for r in rows], type=pa.string())})
         name = "%s%06d.parquet" % (PART_PREFIX, self._next)
         tmp = os.path.join(self.path, _TMP_PREFIX + name[len(PART_PREFIX):])
-        self._pq.write_table(table, tmp)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.path, name))
-        _fsync_dir(self.path)
+        try:
+            self._pq.write_table(table, tmp)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, os.path.join(self.path, name))
+            _fsync_dir(self.path)
+        except OSError as e:
+            if os.path.exists(tmp):
+                os.unlink(tmp)  # half a part: never counted
+            raise _cannot_write(self.path, e, self._written) from e
+        self._written += len(rows)
         self._next += 1
 
     def close(self) -> None:

@@ -300,3 +300,56 @@ def test_ray_splits_read_the_same_rows_as_one_pass(tmp_path, lines, target, trai
     pieces = [(r.row, r.id, r.state, r.problems is None)
               for s in source.splits(target) for r in read_split(s)]
     assert pieces == whole
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    """A 96 KiB tmpfs (root only), grown by `grow()`; unmounted after the test."""
+    point = tmp_path / "disk"
+    point.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(point)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root): %s" % done.stderr.strip())
+
+    def grow() -> None:
+        subprocess.run(["mount", "-o", "remount,size=8m", str(point)], check=True)
+
+    yield point, grow
+    subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+@pytest.mark.slow  # two kime score subprocesses
+@pytest.mark.parametrize("kind", ["jsonl", "parquet"])
+def test_a_full_disk_stops_the_run_clearly_and_resume_loses_and_doubles_nothing(
+        tmp_path, tiny_path, agent, small_disk, kind):
+    """Issue 53: the disk fills while `kime score` writes. The run stops with a clear error
+    naming the output (it printed a bare `OSError: [Errno 28]`), the chunk that failed is taken
+    back, and once there is room `--resume` ends with every id exactly once, each equal to
+    predict."""
+    if kind == "parquet":
+        pytest.importorskip("pyarrow.parquet")
+    disk, grow = small_disk
+    n = 600
+    lines = [json.dumps({"id": i, "state": "row %d: my order is late" % i}) for i in range(n)]
+    src = write_jsonl(tmp_path / "in.jsonl", lines)
+    out = disk / ("out." + kind)
+    args = ["score", "-m", str(tiny_path), "-q", str(write_questions(tmp_path)), "-i", str(src),
+            "-o", str(out), "--batch-size", "16", "--threads-per-actor", "1"]
+    full = kime_cli(*args)
+    assert full.returncode == 1, full.stderr
+    last = full.stderr.strip().splitlines()[-1]
+    assert last.startswith("kime: error: cannot write output %s: " % out), full.stderr
+    assert "No space left on device" in last and "--resume" in last, full.stderr
+    if kind == "jsonl":
+        assert out.read_bytes().endswith(b"\n")  # whole chunks only
+    written = len(read_output(str(out)))
+    assert 0 < written < n and written % 16 == 0
+    grow()
+    done = kime_cli(*args, "--resume")
+    assert done.returncode == 0, done.stderr
+    rows = read_output(str(out))
+    assert sorted(int(r["id"]) for r in rows) == list(range(n))  # Parquet keeps JSONL's as text
+    for r in rows[::41]:
+        assert {"result": r["result"]} == expected(
+            agent, "row %d: my order is late" % int(r["id"]), QUESTIONS)
