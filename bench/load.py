@@ -199,11 +199,11 @@ def _healthy(srv: Server, timeout: float) -> Server:
 
 def start_kime(checkpoint: str, port: Optional[int] = None, threads: Optional[int] = None,
                health_timeout: float = 120.0, max_merge: int = 0,
-               name: str = "kime") -> Server:
+               name: str = "kime", extra: Sequence[str] = ()) -> Server:
     port = port or free_port()
     argv = [sys.executable, "-m", "kime.cli", "serve", "--model", checkpoint,
             "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning",
-            "--max-merge", str(max_merge)]
+            "--max-merge", str(max_merge), *extra]
     if threads is not None:
         argv += ["--threads", str(threads)]
     return _healthy(Server(name, argv, _clean_env(), port), health_timeout)

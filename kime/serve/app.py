@@ -46,6 +46,9 @@ _log = logging.getLogger("kime.serve")
 LIVENESS_ONLY = {"status": "ok"}
 UNAUTHORIZED = "invalid or missing bearer token"
 BUSY = "server busy, try again later"
+BUSY_BODY = json.dumps({"detail": BUSY}, separators=(",", ":")).encode()
+DECISIONS = ("/v1/systemone", "/v1/systemone/batch")
+"""The routes that take a slot (`Service.admit`)."""
 PATHS = ("/health", "/ready", "/v1/models", "/metrics", "/v1/systemone", "/v1/systemone/batch")
 """The paths metrics name; any other is counted as `other`, so a scanner cannot grow the labels."""
 
@@ -265,10 +268,27 @@ class RequestObserver:
         in_progress = self.metrics.in_progress.labels(path)
         in_progress.inc()
         try:
-            await self.app(scope, receive, wrapped)
+            if path in DECISIONS and scope.get("method") == "POST" and self.service is not None \
+                    and self.service.busy()[0] \
+                    and self.service.authorized(Request(scope)):
+                await self.refuse_busy(wrapped)  # before routing: the cheapest answer it has
+            else:
+                await self.app(scope, receive, wrapped)
         finally:
             in_progress.dec()
             self.metrics.observe(scope.get("method", ""), path, status, time.perf_counter() - t0)
+
+
+    async def refuse_busy(self, send: Callable) -> None:
+        """The 503 `Service.admit` answers when the server is full, sent without FastAPI: under
+        an overload most requests get it, and a refusal that costs as much as routing the
+        request runs the event loop out of time to refuse the next ones (bench.overload)."""
+        assert self.service is not None
+        self.service.metrics.rejected_busy.inc()
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"application/json"), (b"retry-after", b"1"),
+            (b"content-length", str(len(BUSY_BODY)).encode())]})
+        await send({"type": "http.response.body", "body": BUSY_BODY})
 
 
 def create_app(model: Union[Kime, Agent, Router], settings: Optional[Settings] = None,

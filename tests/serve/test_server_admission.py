@@ -32,6 +32,11 @@ def test_busy_503_counts_every_request_in_flight(tmp_path):
         status, refused, headers = srv.post("/v1/systemone", {"state": "x", "questions": QUESTIONS})
         assert (status, refused) == (503, {"detail": "server busy, try again later"})
         assert headers["retry-after"] == "1"
+        # the refusal comes before routing (bench.overload), after the same checks as before:
+        # a caller without a key still hears 401, and another method 405
+        assert srv.post("/v1/systemone", {"state": "x", "questions": QUESTIONS},
+                        key=None)[0] == 401
+        assert srv.get("/v1/systemone")[0] == 405
         status, ready, _ = srv.get("/ready")
         assert status == 503 and json.loads(ready)["status"] == "busy"
         assert srv.metric("kime_rejected_busy_total") == 1
