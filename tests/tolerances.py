@@ -100,6 +100,13 @@ class Bf16Table:
     rounding: Tol = Tol(0.0, 1.01 * 2.0 ** -7, "bfloat16 keeps 8 significant bits, so rounding "
                         "A and W to nearest moves each product by at most 2^-8 + 2^-8 + 2^-16 of "
                         "its size, plus FP32's sum error (the 1%); atol scales with |A| @ |W|.T")
+    attention: Tol = Tol(1e-5, 1e-5, "BF16 attention against float64 on its own rounded "
+                         "operands (reference.attention_rows_bf16): FP32.attention's sums, plus "
+                         "attention_probs")
+    attention_probs: Tol = Tol(0.0, 1.01 * 2.0 ** -8, "BF16 attention rounds each probability "
+                               "to bfloat16 (8 significant bits, nearest: 2^-8 of it) before "
+                               "P @ V and sums the unrounded ones for 1 / l; atol scales with the "
+                               "probability-weighted mean |v| (the reference's `mag`)")
     logits: Tol = Tol(0.0, 0.2, "raw option logits of the BF16 model against FP32: every "
                       "encoder and head GEMM rounds its inputs to 8 significant bits, through "
                       "every layer (0.08 measured on the golden checkpoints)")

@@ -5,7 +5,8 @@ directly; these wrappers check shapes, allocate the scratch and drop the GIL.
 qkv is [T, 3*H*hd] float32 (q, k, v column blocks, heads contiguous); cu is int32 row bounds, row
 r being tokens cu[r]..cu[r+1]. `positions` and `option_ids` (int32 [T], indexed like qkv's rows)
 are the parallel option layout's ids; None is the sequential layout (a token's position is its
-index in its row, nothing option-masked).
+index in its row, nothing option-masked). `precision` is "f32" or "bf16": kernels.h's attention
+products, BF16 on any CPU (`bf16_kernels` names what computes them here).
 """
 import numpy as np
 
@@ -17,18 +18,37 @@ cdef extern from "kernels.h" nogil:
     void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
                    const float *cos_table, const float *sin_table, const int32_t *pos,
                    int nthreads)
-    size_t kime_attention_scratch_floats(int hd, int nthreads)
-    void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd,
+    size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd,
+                                         int nthreads)
+    enum: KIME_ATTN_F32
+    enum: KIME_ATTN_BF16
+    const char *kime_attention_bf16_kernels(int isa)
+    void kime_attention(int precision, const float *qkv, const int32_t *cu, int R, int H, int hd,
                         int half_window, const int32_t *pos, const int32_t *opt, float *out,
                         int ldo, float *scratch, int nthreads)
-    void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
-                             const int32_t *cu, int R, int H, int hd, float *out, int ldo,
-                             float *scratch, int nthreads)
+    void kime_attention_some(int precision, const float *q, int ldq, const int32_t *qcu,
+                             const float *qkv, const int32_t *cu, int R, int H, int hd,
+                             float *out, int ldo, float *scratch, int nthreads)
 
 
 def isa() -> str:
     """The ISA path the kernels take now (cpuid, capped by KIME_ISA)."""
     return kime_isa_name(kime_isa_detect()).decode()
+
+
+def bf16_kernels() -> str:
+    """What computes BF16 attention's products at the ISA the kernels take now: "vdpbf16ps"
+    (AVX512_BF16), "avx2 fma" or "neon fma" (the same bits), or "c" (the portable level's)."""
+    return kime_attention_bf16_kernels(kime_isa_detect()).decode()
+
+
+cdef int _precision(str precision) except -1:
+    """kernels.h's attention precision for "f32" or "bf16"."""
+    if precision == "f32":
+        return KIME_ATTN_F32
+    if precision != "bf16":
+        raise ValueError(f"attention precision is 'f32' or 'bf16', not {precision!r}")
+    return KIME_ATTN_BF16
 
 
 cdef int _check(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd,
@@ -83,12 +103,13 @@ def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:,
 
 def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int half_window,
               out=None, int threads=1, const int32_t[::1] positions=None,
-              const int32_t[::1] option_ids=None):
+              const int32_t[::1] option_ids=None, str precision="f32"):
     """Softmax attention per row and head -> out [T, H*hd] (rows of out may be strided);
     half_window < 0 is full attention, else query i sees keys j with |i - j| <= half_window.
     With `positions` and `option_ids` (given together) the window reads position ids and query
     i does not see key j when both are in option slots (id > 0) and the slots differ."""
     _check(qkv, cu, H, hd, threads)
+    cdef int prec = _precision(precision)
     if (positions is None) != (option_ids is None):
         raise ValueError("positions and option_ids go together: give both or neither")
     cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
@@ -100,19 +121,21 @@ def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int
         raise ValueError(f"out must be [{qkv.shape[0]}, {H * hd}] float32 with unit column stride")
     cdef int R = cu.shape[0] - 1
     cdef int ldo = o.strides[0] // sizeof(float)
-    cdef float[::1] scratch = np.empty(kime_attention_scratch_floats(hd, threads), dtype=np.float32)
+    cdef float[::1] scratch = np.empty(
+        kime_attention_scratch_floats(prec, qkv.shape[0], H, hd, threads), dtype=np.float32)
     with nogil:
-        kime_attention(&qkv[0, 0], &cu[0], R, H, hd, half_window, pos, opt, &o[0, 0], ldo,
+        kime_attention(prec, &qkv[0, 0], &cu[0], R, H, hd, half_window, pos, opt, &o[0, 0], ldo,
                        &scratch[0], threads)
     return out
 
 
 def attention_some(const float[:, ::1] q, const int32_t[::1] qcu, const float[:, ::1] qkv,
-                   const int32_t[::1] cu, int H, int hd, int threads=1):
+                   const int32_t[::1] cu, int H, int hd, int threads=1, str precision="f32"):
     """Full attention for chosen queries only -> out [len(q), H*hd]: row r's queries are
     q[qcu[r]:qcu[r + 1]] ([*, H*hd], heads contiguous), its keys and values those of qkv's rows
     cu[r]..cu[r + 1]. A query gets the bits `attention` gives the token it was copied from."""
     _check(qkv, cu, H, hd, threads)
+    cdef int prec = _precision(precision)
     cdef Py_ssize_t r
     cdef int R = cu.shape[0] - 1
     if q.shape[1] != H * hd:
@@ -128,8 +151,9 @@ def attention_some(const float[:, ::1] q, const int32_t[::1] qcu, const float[:,
     if q.shape[0] == 0:
         return out
     cdef float[:, ::1] o = out
-    cdef float[::1] scratch = np.empty(kime_attention_scratch_floats(hd, threads), dtype=np.float32)
+    cdef float[::1] scratch = np.empty(
+        kime_attention_scratch_floats(prec, qkv.shape[0], H, hd, threads), dtype=np.float32)
     with nogil:
-        kime_attention_some(&q[0, 0], H * hd, &qcu[0], &qkv[0, 0], &cu[0], R, H, hd, &o[0, 0],
-                            H * hd, &scratch[0], threads)
+        kime_attention_some(prec, &q[0, 0], H * hd, &qcu[0], &qkv[0, 0], &cu[0], R, H, hd,
+                            &o[0, 0], H * hd, &scratch[0], threads)
     return out

@@ -29,7 +29,10 @@ cdef extern from "kernels.h":
     int kime_isa_detect() nogil
     const char *kime_isa_name(int isa) nogil
     size_t kime_gemm_scratch_floats(int isa, int K, int nthreads) nogil
-    size_t kime_attention_scratch_floats(int hd, int nthreads) nogil
+    size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd,
+                                         int nthreads) nogil
+    enum: KIME_ATTN_F32
+    enum: KIME_ATTN_BF16
 
 cdef extern from "qgemm.h":
     size_t kime_qgemm_scratch_bytes(int isa, int K, int nthreads) nogil
@@ -58,6 +61,7 @@ cdef extern from "forward.h":
         const float *down
         const float *down_b
         int is_global
+        int attn
     ctypedef struct kime_model:
         int isa, int8, qisa, bf16, d, vocab, layers, heads, inter, half_window
         float norm_eps
@@ -205,6 +209,7 @@ cdef class Model:
     cdef kime_model m
     cdef dict arrays
     cdef object weight_dtype
+    cdef int attn
     cdef readonly int d, n_act, threads, max_pos
 
     def __init__(self, dict arrays, dict spec, int isa, int threads):
@@ -226,6 +231,7 @@ cdef class Model:
             raise ValueError("the BF16 GEMM does not run at isa %d (missing: %s)"
                              % (isa, kime_bgemm_missing(isa).decode()))
         self.weight_dtype = np.uint8 if m.int8 else np.uint16 if m.bf16 else np.float32
+        self.attn = KIME_ATTN_BF16 if spec.get("attn_bf16") else KIME_ATTN_F32
         m.d = self.d = spec["d"]
         m.vocab = spec["vocab"]
         m.layers = spec["layers"]
@@ -282,6 +288,7 @@ cdef class Model:
         L.down = _weight(a, p + "down", self.weight_dtype)
         L.down_b = _f32(a, p + "down.b")
         L.is_global = 1
+        L.attn = self.attn
 
     def run(self, Arena arena, int32_t[::1] ids, int32_t[::1] cu, int rows,
             int32_t[::1] markers, int32_t[::1] mcu, int32_t[::1] qtype,
@@ -345,7 +352,6 @@ cdef class Arena:
 
     def __init__(self, dict spec, int isa, int threads, int max_tokens):
         d, inter = spec["d"], spec["inter"]
-        hd = max(d // spec["heads"], d // spec["head_heads"])
         ffn = max(inter, 4 * d)
         # A GEMM's packed-A block is sized per K, so the scratch must hold the largest over
         # every K the forward pass uses, not just the scratch of the largest K.
@@ -358,7 +364,10 @@ cdef class Arena:
             "act_h": max_tokens * ACT_HIDDEN,
             "qcu": max_tokens + 1,  # int32, as many bytes as floats
             "gemm_scratch": gemm_scratch,
-            "attn_scratch": kime_attention_scratch_floats(hd, threads),
+            # the encoder's attention or the decision head's, whichever needs more
+            "attn_scratch": max(kime_attention_scratch_floats(
+                KIME_ATTN_BF16 if spec.get("attn_bf16") else KIME_ATTN_F32, max_tokens, heads,
+                d // heads, threads) for heads in (spec["heads"], spec["head_heads"])),
             # qgemm's and bgemm's scratch in bytes, as floats; one float when the model has
             # no such GEMMs.
             "qgemm_scratch": (max(kime_qgemm_scratch_bytes(spec.get("qisa", isa), k, threads)

@@ -10,6 +10,10 @@
  *     FP32.attention's tolerance (tests/tolerances.py: 1e-5 + 1e-5 * |want|);
  *   - RoPE: to the bit against x * cos + rotate_half(x) * sin with each product rounded (the
  *     reference's float32 bits), by row index and by position ids;
+ *   - BF16 attention (KIME_ATTN_BF16) on the same batches: against double on its own rounded
+ *     operands (the scaled queries, keys and values rounded to bfloat16 as the kernel rounds
+ *     them, bf16.h), within FP32's tolerance plus 2^-8 of the probability-weighted mean |v|
+ *     for the probabilities' own rounding (BF16.attention_probs);
  *   - LayerNorm: against double (FP32.layer_norm: 1e-5 + 1e-5 * |want|), widths over every tail
  *     of the eight partial sums, with and without bias, in place;
  *   - each: the same bits on 1 and 3 threads, and for rows run in another batch.
@@ -26,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "forward.h"
 #include "kernels.h"
 
@@ -141,24 +146,37 @@ static void make_batch(batch *b, int c)
     }
 }
 
-/* out [T, H*hd] for rows r0.. r0 + R - 1 of b as their own batch */
-static void attend(const batch *b, int r0, int R, float *out, int threads)
+/* out [T, H*hd] for rows r0.. r0 + R - 1 of b as their own batch, products in `precision` */
+static void attend(const batch *b, int precision, int r0, int R, float *out, int threads)
 {
     int32_t cu[MAXROWS + 1];
     for (int r = 0; r <= R; r++)
         cu[r] = b->cu[r0 + r] - b->cu[r0];
     const size_t t0 = (size_t)b->cu[r0], ld = (size_t)3 * b->H * b->hd;
-    float *scratch = aligned(kime_attention_scratch_floats(b->hd, threads) * sizeof(float));
-    kime_attention(b->qkv + t0 * ld, cu, R, b->H, b->hd, b->w, b->pos ? b->pos + t0 : NULL,
-                   b->opt ? b->opt + t0 : NULL, out, b->H * b->hd, scratch, threads);
+    float *scratch = aligned(kime_attention_scratch_floats(precision, cu[R], b->H, b->hd,
+                                                           threads) * sizeof(float));
+    kime_attention(precision, b->qkv + t0 * ld, cu, R, b->H, b->hd, b->w,
+                   b->pos ? b->pos + t0 : NULL, b->opt ? b->opt + t0 : NULL, out, b->H * b->hd,
+                   scratch, threads);
     free(scratch);
 }
 
+static float bf16_of(float x)
+{
+    const uint32_t u = (uint32_t)round_bf16(x) << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
 /* The double reference: the full score matrix per row and head, the window on row indices (or
- * position ids), laya's option mask. */
-static void attend_ref(const batch *b, double *out)
+ * position ids), laya's option mask. With bf16, on BF16 attention's rounded operands (the
+ * queries scaled by log2(e) / sqrtf(hd) in float first, scores in base 2), and `mag` gets the
+ * probability-weighted mean |v|. */
+static void attend_ref(const batch *b, int bf16, double *out, double *mag)
 {
     const int H = b->H, hd = b->hd, ld = 3 * H * hd;
+    const float scale = 1.4426950408889634f / sqrtf((float)hd);
     double *p = aligned((size_t)b->T * sizeof(double));
     for (int r = 0; r < b->R; r++) {
         const int lo = b->cu[r], n = b->cu[r + 1] - lo;
@@ -181,8 +199,9 @@ static void attend_ref(const batch *b, double *out)
                         const float *k = b->qkv + (size_t)(lo + j) * ld + (H + h) * hd;
                         s = 0.0;
                         for (int d = 0; d < hd; d++)
-                            s += (double)q[d] * k[d];
-                        s /= sqrt((double)hd);
+                            s += bf16 ? (double)bf16_of(q[d] * scale) * bf16_of(k[d])
+                                      : (double)q[d] * k[d];
+                        s = bf16 ? s * log(2.0) : s / sqrt((double)hd);
                     }
                     p[j] = s;
                     mx = s > mx ? s : mx;
@@ -191,37 +210,46 @@ static void attend_ref(const batch *b, double *out)
                     sum += (p[j] = p[j] == -INFINITY ? 0.0 : exp(p[j] - mx));
                 double *o = out + (size_t)(lo + i) * H * hd + h * hd;
                 for (int d = 0; d < hd; d++) {
-                    double acc = 0.0;
-                    for (int j = 0; j < n; j++)
-                        acc += p[j] * b->qkv[(size_t)(lo + j) * ld + (2 * H + h) * hd + d];
+                    double acc = 0.0, size = 0.0;
+                    for (int j = 0; j < n; j++) {
+                        const float v = b->qkv[(size_t)(lo + j) * ld + (2 * H + h) * hd + d];
+                        acc += p[j] * (bf16 ? bf16_of(v) : v);
+                        size += p[j] * fabs(bf16 ? bf16_of(v) : v);
+                    }
                     o[d] = acc / sum;
+                    if (mag)
+                        mag[(size_t)(lo + i) * H * hd + h * hd + d] = size / sum;
                 }
             }
     }
     free(p);
 }
 
-static uint64_t check_attention(const batch *b, const double *want, int level, int c)
+/* Attention in `precision` against its reference (mag: BF16's probability bound's scale). */
+static uint64_t check_attention(const batch *b, int precision, const double *want,
+                                const double *mag, int level, int c)
 {
     const size_t n = (size_t)b->T * b->H * b->hd;
+    const char *kind = precision == KIME_ATTN_BF16 ? "attention_bf16" : "attention";
     float *out = aligned(n * sizeof(float)), *again = aligned(n * sizeof(float));
-    attend(b, 0, b->R, out, 1);
+    attend(b, precision, 0, b->R, out, 1);
     double worst = 0.0;
     for (size_t i = 0; i < n; i++) {
-        const double err = fabs((double)out[i] - want[i]) / (1e-5 + 1e-5 * fabs(want[i]));
+        const double tol = 1e-5 + 1e-5 * fabs(want[i]) + (mag ? 1.01 * 0x1p-8 * mag[i] : 0.0);
+        const double err = fabs((double)out[i] - want[i]) / tol;
         worst = err > worst || err != err ? err : worst;
     }
     if (!(worst <= 1.0))
-        FAIL("attention accuracy level=%d case=%d H=%d hd=%d w=%d parallel=%d: %.2fx tol", level,
+        FAIL("%s accuracy level=%d case=%d H=%d hd=%d w=%d parallel=%d: %.2fx tol", kind, level,
              c, b->H, b->hd, b->w, b->parallel, worst);
-    attend(b, 0, b->R, again, 3);
+    attend(b, precision, 0, b->R, again, 3);
     if (memcmp(out, again, n * sizeof(float)))
-        FAIL("attention threads level=%d case=%d: 3 threads differ", level, c);
+        FAIL("%s threads level=%d case=%d: 3 threads differ", kind, level, c);
     if (b->R > 1) { /* rows 1.. as a batch of their own */
         const size_t at = (size_t)b->cu[1] * b->H * b->hd;
-        attend(b, 1, b->R - 1, again, 2);
+        attend(b, precision, 1, b->R - 1, again, 2);
         if (memcmp(out + at, again, (n - at) * sizeof(float)))
-            FAIL("attention batch level=%d case=%d: rows 1.. alone differ", level, c);
+            FAIL("%s batch level=%d case=%d: rows 1.. alone differ", kind, level, c);
     }
     const uint64_t h = fnv(0xcbf29ce484222325ULL, out, n);
     free(out), free(again);
@@ -329,12 +357,14 @@ int main(int argc, char **argv)
         return 0;
     const int levels[2] = {KIME_ISA_PORTABLE, best};
     batch b[CASES];
-    double *want[CASES];
+    double *want[CASES], *want_bf16[CASES], *mag[CASES];
     rng_state = 777;
     for (int c = 0; c < CASES; c++) {
         make_batch(&b[c], c);
-        want[c] = aligned((size_t)b[c].T * b[c].H * b[c].hd * sizeof(double));
-        attend_ref(&b[c], want[c]);
+        const size_t n = (size_t)b[c].T * b[c].H * b[c].hd * sizeof(double);
+        want[c] = aligned(n), want_bf16[c] = aligned(n), mag[c] = aligned(n);
+        attend_ref(&b[c], 0, want[c], NULL);
+        attend_ref(&b[c], 1, want_bf16[c], mag[c]);
     }
     static const int NORM[][2] = {{1, 1}, {1, 7}, {3, 8}, {5, 9}, {7, 13}, {2, 17},
                                   {33, 65}, {4, 768}, {3, 1031}, {16, 64}};
@@ -349,7 +379,11 @@ int main(int argc, char **argv)
             const batch *bc = &b[c];
             printf("hash %s attention case=%d R=%d T=%d H=%d hd=%d w=%d parallel=%d %016llx\n",
                    name, c, bc->R, bc->T, bc->H, bc->hd, bc->w, bc->parallel,
-                   (unsigned long long)check_attention(bc, want[c], level, c));
+                   (unsigned long long)check_attention(bc, KIME_ATTN_F32, want[c], NULL, level,
+                                                       c));
+            printf("hash %s attention_bf16 case=%d %016llx\n", name, c,
+                   (unsigned long long)check_attention(bc, KIME_ATTN_BF16, want_bf16[c], mag[c],
+                                                       level, c));
         }
         rng_state = 4242; /* the same tables and ids at every level */
         for (int c = 0; c < CASES; c += 3)

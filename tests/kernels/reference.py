@@ -228,6 +228,28 @@ def attention_rows(qkv: np.ndarray, cu: Sequence[int], heads: int, head_dim: int
                      positions, option_ids)
 
 
+def attention_rows_bf16(qkv: np.ndarray, cu: Sequence[int], heads: int, head_dim: int,
+                        half_window: int, positions: Optional[np.ndarray] = None,
+                        option_ids: Optional[np.ndarray] = None
+                        ) -> Tuple[np.ndarray, np.ndarray]:
+    """BF16 attention's operands, then float64 (`attention_rows` of them): the queries scaled by
+    float32(log2(e)) / sqrtf(hd) in float32 and rounded to bfloat16, the keys and values
+    rounded, the scores in base 2. Returns (out, mag): mag is, per output element, the
+    probability-weighted mean of the rounded values' magnitudes, the scale of the one error this
+    leaves out, the kernel's rounding of each probability to bfloat16 (at most 2^-8 of it)."""
+    qkv = np.asarray(qkv, np.float32)
+    d = heads * head_dim
+    scale = np.float32(1.4426950408889634) / np.sqrt(np.float32(head_dim))
+    q = bf16(qkv[:, :d] * scale).astype(F64)
+    k, v = bf16(qkv[:, d:2 * d]).astype(F64), bf16(qkv[:, 2 * d:]).astype(F64)
+    # attention_rows takes base-e scores scaled by hd^-0.5: undo both on the keys' side
+    base_e = np.concatenate([q, k * np.log(2.0) * np.sqrt(head_dim), v], axis=1)
+    out = attention_rows(base_e, cu, heads, head_dim, half_window, positions, option_ids)
+    mag = attention_rows(np.concatenate([q, base_e[:, d:2 * d], np.abs(v)], axis=1), cu, heads,
+                         head_dim, half_window, positions, option_ids)
+    return out, mag
+
+
 # The CUDA kernels' compositions: embedding, residual and final norms, the scorer.
 
 def embed_norm(ids, table, w, b, eps) -> np.ndarray:

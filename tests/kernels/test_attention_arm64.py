@@ -8,9 +8,10 @@ aarch64 itself, where test_attention.py and test_attention_parallel.py force eve
 The harness checks each level against double references, RoPE to the bit, and bits across thread
 counts and batches (its header says what exactly). Here its output hashes must equal the x86
 build's: every aarch64 SIMD level's attention the AVX2 path's bits (same FMA per element in the
-same order, same polynomial and masks), the portable path's the x86 portable bits (contraction
-off), and RoPE and LayerNorm the same bits at every level on both. Emulated, so its timings say
-nothing about ARM speed.
+same order, same polynomial and masks), FP32 and BF16 (whose AVX2 and NEON FMAs give
+vdpbf16ps's bits: test_attention_bf16.py checks that on x86), the portable path's the x86
+portable bits (contraction off), and RoPE and LayerNorm the same bits at every level on both.
+Emulated, so its timings say nothing about ARM speed.
 """
 from __future__ import annotations
 
@@ -109,8 +110,9 @@ def test_attention_rope_norm_under_qemu(binaries: Dict[str, Path],
     best = MODELS[cpu]
     assert sorted(table) == sorted(["portable", best])
     kinds = {case.split()[0] for case in table[best]}
-    assert kinds == {"attention", "rope", "norm"}
-    # NEON is the AVX2 path's bits; portable is x86 portable's (no FMA contraction on either)
+    assert kinds == {"attention", "attention_bf16", "rope", "norm"}
+    # NEON is the AVX2 path's bits, BF16 attention included (the FMAs that give vdpbf16ps's);
+    # portable is x86 portable's (no FMA contraction on either)
     for case, value in table[best].items():
         assert value == native["avx2"][case], (best, case)
     for case, value in table["portable"].items():

@@ -17,10 +17,15 @@
  * the pairs it may not see to -inf before the same softmax (exact zero weights). The mask is
  * plain C, shared by every ISA path. A sequential row never reaches it.
  *
+ * BF16 products (KIME_ATTN_BF16, attention_bf16.h) keep this structure: the call first rounds
+ * every key and value into bfloat16 pairs (a step of its own), then each item rounds its queries
+ * and each block's probabilities and runs the same tiles over pairs; the softmax and the output
+ * are this file's, and one arithmetic (vdpbf16ps's) gives the same bits at every SIMD level.
+ *
  * Determinism: an item reads only its own row's tokens, key blocks start at multiples of KB in
  * the row and are visited in ascending order, and every sum runs in one fixed order, so a query's
  * result does not depend on the thread count or on the other rows of the batch. Different ISA
- * paths give (slightly) different bits; the path is fixed per call.
+ * paths give (slightly) different FP32 bits; the path is fixed per call.
  */
 #include <limits.h>
 #include <math.h>
@@ -34,6 +39,7 @@
 #include <arm_neon.h>
 #define KIME_NEON 1
 #endif
+#include "bgemm.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -45,6 +51,8 @@
 #define QB 32 /* queries per work item: the lanes (2 zmm, 4 ymm)                        */
 #define KB 32 /* keys per softmax block; small so local windows skip most of the row     */
 #define LOG2E 1.4426950408889634f
+
+#include "attention_bf16.h"
 
 /* c[r][0:QB] = (alpha ? c[r] * alpha : 0) + sum_x a[r*ra + x*xa] * b[x][0:QB] for r < R, with x
  * ascending. Scores: a = K (r = key, x = dim), b = QT. Output: a = V (r = dim, x = key), b = S. */
@@ -419,15 +427,19 @@ static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
 
 /* ---- driver ------------------------------------------------------------------------------ */
 
-/* Floats of one thread's scratch, a multiple of 16 so every thread's slice stays 64-B aligned. */
+/* Floats of one thread's scratch, a multiple of 16 so every thread's slice stays 64-B aligned:
+ * the FP32 path's QT, OT, S, m, l and alpha, then the BF16 path's words (attention_bf16.h). */
 static size_t thread_floats(int hd)
 {
-    return ((size_t)2 * hd * QB + KB * QB + 3 * QB + 15) & ~(size_t)15;
+    return ((size_t)2 * hd * QB + KB * QB + 3 * QB + bf16_item_words(hd) + 15) & ~(size_t)15;
 }
 
-size_t kime_attention_scratch_floats(int hd, int nthreads)
+size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd, int nthreads)
 {
-    return (size_t)(nthreads < 1 ? 1 : nthreads) * thread_floats(hd) + 16; /* + base alignment */
+    size_t n = (size_t)(nthreads < 1 ? 1 : nthreads) * thread_floats(hd) + 16; /* + alignment */
+    if (precision == KIME_ATTN_BF16) /* k2 and v2, each from a 64-byte boundary */
+        n += bf16_keys_words(tokens, heads, hd) + bf16_values_words(tokens, heads, hd) + 32;
+    return n;
 }
 
 /* The row holding token t, scanning on from the last answer (a thread's tokens ascend). */
@@ -553,53 +565,131 @@ static void results_out(int vec, const float *ot, const float *l, int qn, int hd
     }
 }
 
+/* BF16 products (attention_bf16.h): rows of QB lanes into pairs (QT, and S), a row's token pair
+ * into k2 and v2, and the tile over pairs. */
+typedef struct {
+    void (*lanes)(const float *x, int n, uint32_t *out);
+    void (*kv_pair)(const float *x0, const float *x1, int H, int hd, uint32_t *k0, uint32_t *k1,
+                    uint32_t *vp);
+    void (*tile)(const uint32_t *a, ptrdiff_t ra, ptrdiff_t xa, int R, const uint32_t *b, int X,
+                 float *c, const float *alpha);
+} bf16_ops;
+
+typedef struct {
+    tile_fn tile;
+    softmax_fn softmax;
+    int vec; /* queries_in / results_out in AVX2 */
+    const bf16_ops *bf16; /* NULL: FP32 products */
+    const float *q, *qkv;
+    ptrdiff_t ldq, ld;
+    const int32_t *qcu, *cu, *pos, *opt;
+    int R, H, hd, half_window, ldo, chunk;
+    int64_t total;
+    float *out, *base;
+    uint32_t *k2, *v2; /* BF16: every key and value of the call (attention_bf16.h) */
+} attend_job;
+
+/* One item's scratch (the FP32 path's arrays, then the BF16 path's words), and for BF16 its
+ * row's keys and values in pairs, from the item's head. */
+typedef struct {
+    float *qt, *ot, *s, *m, *l, *alpha;
+    uint32_t *q2, *p2;
+    const uint32_t *k2, *v2;
+} item_scratch;
+
+static item_scratch item_arrays(const attend_job *j, float *scr, const uint32_t *k2,
+                                const uint32_t *v2, int h)
+{
+    const int hd = j->hd;
+    item_scratch a;
+    a.qt = scr, a.ot = a.qt + (size_t)hd * QB, a.s = a.ot + (size_t)hd * QB;
+    a.m = a.s + KB * QB, a.l = a.m + QB, a.alpha = a.l + QB;
+    a.q2 = (uint32_t *)(a.alpha + QB);
+    a.p2 = a.q2 + (size_t)(hd + 1) / 2 * QB;
+    a.k2 = k2 ? k2 + (size_t)h * ((hd + 1) / 2) : NULL;
+    a.v2 = v2 ? v2 + (size_t)h * hd : NULL;
+    return a;
+}
+
+/* The item's queries in: QT, and its pairs for BF16 products; OT, m and l cleared. */
+static void item_start(const attend_job *j, const float *q, ptrdiff_t ldq, int qn,
+                       const item_scratch *a)
+{
+    const int hd = j->hd;
+    queries_in(j->vec, q, ldq, qn, hd, LOG2E / sqrtf((float)hd), a->qt);
+    if (j->bf16)
+        j->bf16->lanes(a->qt, hd, a->q2);
+    memset(a->ot, 0, (size_t)hd * QB * sizeof *a->ot);
+    for (int i = 0; i < QB; i++)
+        a->m[i] = -INFINITY, a->l[i] = 0.0f;
+}
+
+/* S = the scores of the kn keys from the row's key j0 (k: its head's keys, rows ld apart) */
+static inline void block_scores(const attend_job *j, const float *k, int j0, int kn,
+                                const item_scratch *a)
+{
+    if (j->bf16) {
+        const int hd2 = (j->hd + 1) / 2;
+        j->bf16->tile(a->k2 + (size_t)j0 * j->H * hd2, (ptrdiff_t)j->H * hd2, 1, kn, a->q2, hd2,
+                      a->s, NULL);
+    } else {
+        j->tile(k + (ptrdiff_t)j0 * j->ld, j->ld, 1, kn, a->qt, j->hd, a->s, NULL);
+    }
+}
+
+/* OT = alpha OT + the kn values from the row's key j0 (v: its head's) weighted by S */
+static inline void block_values(const attend_job *j, const float *v, int j0, int kn,
+                                const item_scratch *a)
+{
+    if (j->bf16) {
+        const ptrdiff_t row = (ptrdiff_t)j->H * j->hd; /* words of a pair row */
+        j->bf16->lanes(a->s, kn, a->p2);
+        j->bf16->tile(a->v2 + (size_t)(j0 / 2) * row, 1, row, j->hd, a->p2, (kn + 1) / 2, a->ot,
+                      a->alpha);
+    } else {
+        j->tile(v + (ptrdiff_t)j0 * j->ld, 1, j->ld, j->hd, a->s, kn, a->ot, a->alpha);
+    }
+}
+
 /* Head h of qn <= QB queries (q: the first query's head-h columns, rows ldq apart; the first at
  * position i0 of its row) against the row of n tokens whose keys and values start at kv[0];
  * results go to out's rows, ldo apart, from the first query's. */
-static void attend_block(tile_fn tile, softmax_fn softmax, int vec, const float *q, ptrdiff_t ldq, int qn,
-                         const float *kv, ptrdiff_t ld, int H, int hd, int n, int h, int i0, int w,
-                         float *out, int ldo, float *scr)
+static void attend_block(const attend_job *j, const float *q, ptrdiff_t ldq, int qn,
+                         const float *kv, const uint32_t *k2, const uint32_t *v2, int n, int h,
+                         int i0, int w, float *out, float *scr)
 {
-    float *qt = scr, *ot = qt + (size_t)hd * QB, *s = ot + (size_t)hd * QB;
-    float *m = s + KB * QB, *l = m + QB, *alpha = l + QB;
+    const int H = j->H, hd = j->hd;
+    const item_scratch a = item_arrays(j, scr, k2, v2, h);
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
     if (w >= n - 1) /* a window covering the row is full attention, and needs no mask */
         w = -1;
-    const float scale = LOG2E / sqrtf((float)hd);
-    queries_in(vec, q, ldq, qn, hd, scale, qt);
-    memset(ot, 0, (size_t)hd * QB * sizeof *ot);
-    for (int i = 0; i < QB; i++)
-        m[i] = -INFINITY, l[i] = 0.0f;
+    item_start(j, q, ldq, qn, &a);
     /* Keys any query of the block can see; blocks wholly outside the window are never visited. */
     const int lo = w < 0 || i0 < w ? 0 : i0 - w;
     const int hi = w < 0 || i0 + qn + w > n ? n : i0 + qn + w;
     for (int j0 = lo / KB * KB; j0 < hi; j0 += KB) {
         const int kn = n - j0 < KB ? n - j0 : KB;
         const int inside = j0 + kn - 1 - i0 <= w && i0 + qn - 1 - j0 <= w;
-        tile(k + (ptrdiff_t)j0 * ld, ld, 1, kn, qt, hd, s, NULL);
-        softmax(s, kn, j0 - i0, w < 0 || inside ? -1 : w, m, l, alpha);
-        tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
+        block_scores(j, k, j0, kn, &a);
+        j->softmax(a.s, kn, j0 - i0, w < 0 || inside ? -1 : w, a.m, a.l, a.alpha);
+        block_values(j, v, j0, kn, &a);
     }
-    results_out(vec, ot, l, qn, hd, out, ldo);
+    results_out(j->vec, a.ot, a.l, qn, hd, out, j->ldo);
 }
 
 /* attend_block for a row in the parallel option layout: pos and opt are the row's position and
  * option ids (from its first token). Query i sees key j unless both lie in option slots and the
  * slots differ, and, in a local layer (w >= 0), only if |pos[i] - pos[j]| <= w. Every query sees
  * itself, so no query is left without keys. */
-static void attend_block_masked(tile_fn tile, softmax_fn softmax, int vec, const float *q, ptrdiff_t ldq,
-                                int qn, const float *kv, ptrdiff_t ld, int H, int hd, int n, int h,
-                                int i0, int w, const int32_t *pos, const int32_t *opt, float *out,
-                                int ldo, float *scr)
+static void attend_block_masked(const attend_job *j, const float *q, ptrdiff_t ldq, int qn,
+                                const float *kv, const uint32_t *k2, const uint32_t *v2, int n,
+                                int h, int i0, int w, const int32_t *pos, const int32_t *opt,
+                                float *out, float *scr)
 {
-    float *qt = scr, *ot = qt + (size_t)hd * QB, *s = ot + (size_t)hd * QB;
-    float *m = s + KB * QB, *l = m + QB, *alpha = l + QB;
+    const int H = j->H, hd = j->hd;
+    const item_scratch a = item_arrays(j, scr, k2, v2, h);
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
-    const float scale = LOG2E / sqrtf((float)hd);
-    queries_in(vec, q, ldq, qn, hd, scale, qt);
-    memset(ot, 0, (size_t)hd * QB * sizeof *ot);
-    for (int i = 0; i < QB; i++)
-        m[i] = -INFINITY, l[i] = 0.0f;
+    item_start(j, q, ldq, qn, &a);
     /* Padded lanes take query 0's ids: they see what it sees (and are never written out), so
      * the bounds below are those of the real queries. */
     int32_t qp[QB], qo[QB];
@@ -613,9 +703,9 @@ static void attend_block_masked(tile_fn tile, softmax_fn softmax, int vec, const
         const int kn = n - j0 < KB ? n - j0 : KB;
         const int32_t *kp = pos + j0, *ko = opt + j0;
         int kmin = INT_MAX, kmax = INT_MIN, komin = INT_MAX, komax = INT_MIN;
-        for (int j = 0; j < kn; j++) {
-            kmin = kp[j] < kmin ? kp[j] : kmin, kmax = kp[j] > kmax ? kp[j] : kmax;
-            komin = ko[j] < komin ? ko[j] : komin, komax = ko[j] > komax ? ko[j] : komax;
+        for (int t = 0; t < kn; t++) {
+            kmin = kp[t] < kmin ? kp[t] : kmin, kmax = kp[t] > kmax ? kp[t] : kmax;
+            komin = ko[t] < komin ? ko[t] : komin, komax = ko[t] > komax ? ko[t] : komax;
         }
         /* A block no query may see is skipped: all keys outside every query's window, or all
          * keys and queries in slots with no slot in common. (A block these bounds keep whose
@@ -627,34 +717,85 @@ static void attend_block_masked(tile_fn tile, softmax_fn softmax, int vec, const
             continue;
         const int window = w >= 0 && (kmax - qmin > w || qmax - kmin > w);
         const int slots = qomax > 0 && komax > 0; /* some pair lies in two slots */
-        tile(k + (ptrdiff_t)j0 * ld, ld, 1, kn, qt, hd, s, NULL);
+        block_scores(j, k, j0, kn, &a);
         if (window || slots)
-            for (int j = 0; j < kn; j++) {
-                float *sj = s + j * QB;
-                const int32_t p = kp[j], o = ko[j];
+            for (int t = 0; t < kn; t++) {
+                float *sj = a.s + t * QB;
+                const int32_t p = kp[t], o = ko[t];
                 for (int i = 0; i < QB; i++) {
                     const int far = window & ((qp[i] - p > w) | (p - qp[i] > w));
                     const int other = slots & (o > 0) & (qo[i] > 0) & (qo[i] != o);
                     sj[i] = far | other ? -INFINITY : sj[i];
                 }
             }
-        softmax(s, kn, 0, -1, m, l, alpha);
-        tile(v + (ptrdiff_t)j0 * ld, 1, ld, hd, s, kn, ot, alpha);
+        j->softmax(a.s, kn, 0, -1, a.m, a.l, a.alpha);
+        block_values(j, v, j0, kn, &a);
     }
-    results_out(vec, ot, l, qn, hd, out, ldo);
+    results_out(j->vec, a.ot, a.l, qn, hd, out, j->ldo);
 }
 
-typedef struct {
-    tile_fn tile;
-    softmax_fn softmax;
-    int vec; /* queries_in / results_out in AVX2 */
-    const float *q, *qkv;
-    ptrdiff_t ldq, ld;
-    const int32_t *qcu, *cu, *pos, *opt;
-    int R, H, hd, half_window, ldo, chunk;
-    int64_t total;
-    float *out, *base;
-} attend_job;
+static const bf16_ops BF16_C = {lanes_bf16_c, kv_pair_bf16_c, ptile_c};
+#ifdef KIME_X86
+static const bf16_ops BF16_AVX2 = {lanes_bf16_256, kv_pair_bf16_256, ptile_256};
+#endif
+#ifdef KIME_ATTN_DPBF16
+static const bf16_ops BF16_DP = {lanes_bf16_512, kv_pair_bf16_512, dtile_512};
+#endif
+#ifdef KIME_NEON
+static const bf16_ops BF16_NEON = {lanes_bf16_neon, kv_pair_bf16_neon, ptile_neon};
+#endif
+
+/* The BF16 products at an ISA level: one arithmetic, vdpbf16ps's (attention_bf16.h), the
+ * instruction itself where the CPU has it, FMAs that give its bits elsewhere; and its name. */
+static const bf16_ops *bf16_ops_for(int isa, const char **name)
+{
+#ifdef KIME_ATTN_DPBF16
+    if (isa >= KIME_ISA_AVX512 && !kime_bgemm_missing(isa)) /* AVX512_BF16 */
+        return *name = "vdpbf16ps", &BF16_DP;
+#endif
+#ifdef KIME_X86
+    if (isa >= KIME_ISA_AVX2)
+        return *name = "avx2 fma", &BF16_AVX2;
+#elif defined(KIME_NEON)
+    if (isa >= KIME_ISA_NEON)
+        return *name = "neon fma", &BF16_NEON;
+#endif
+    return *name = "c", &BF16_C;
+}
+
+const char *kime_attention_bf16_kernels(int isa)
+{
+    const char *name;
+    bf16_ops_for(isa, &name);
+    return name;
+}
+
+/* A row's pair rows in v2: ceil(n / 2) for n keys. */
+static int row_pairs(const int32_t *cu, int r) { return (cu[r + 1] - cu[r] + 1) / 2; }
+
+/* Pair rows [task * chunk, ...) of the call's keys and values into k2 and v2 (BF16). */
+static void kv_task(void *ctx, int task, int tid)
+{
+    const attend_job *j = (const attend_job *)ctx;
+    const int32_t *cu = j->cu;
+    const int H = j->H, hd = j->hd, hd2 = (hd + 1) / 2;
+    const int64_t p0 = (int64_t)task * j->chunk;
+    const int64_t p1 = p0 + j->chunk < j->total ? p0 + j->chunk : j->total;
+    const unsigned long flush = bf16_flush_on();
+    (void)tid;
+    int r = 0;
+    int64_t first = 0; /* pair rows before row r */
+    for (int64_t p = p0; p < p1; p++) {
+        while (p >= first + row_pairs(cu, r))
+            first += row_pairs(cu, r++);
+        const int t0 = cu[r] + 2 * (int)(p - first), t1 = t0 + 1 < cu[r + 1] ? t0 + 1 : -1;
+        uint32_t *k0 = j->k2 + (size_t)(t0 - cu[0]) * H * hd2;
+        j->bf16->kv_pair(j->qkv + (ptrdiff_t)t0 * j->ld,
+                         t1 < 0 ? NULL : j->qkv + (ptrdiff_t)t1 * j->ld, H, hd, k0,
+                         k0 + (size_t)H * hd2, j->v2 + (size_t)p * H * hd);
+    }
+    bf16_flush_restore(flush);
+}
 
 /* Items [task * chunk, ...) of the batch (row, then head, then block of QB queries). */
 static void attend_task(void *ctx, int task, int tid)
@@ -666,55 +807,77 @@ static void attend_task(void *ctx, int task, int tid)
     float *scr = j->base + (size_t)tid * thread_floats(hd);
     const int64_t it0 = (int64_t)task * j->chunk;
     const int64_t it1 = it0 + j->chunk < j->total ? it0 + j->chunk : j->total;
+    const unsigned long flush = j->bf16 ? bf16_flush_on() : 0;
     int r = 0;
-    int64_t first = 0; /* items before row r */
+    int64_t first = 0, pairs = 0; /* items and v2's pair rows before row r */
     for (int64_t it = it0; it < it1; it++) {
-        while (it >= first + row_items(qcu, r, H))
+        while (it >= first + row_items(qcu, r, H)) {
+            pairs += row_pairs(cu, r);
             first += row_items(qcu, r++, H);
+        }
         const int nq = qcu[r + 1] - qcu[r], blocks = (nq + QB - 1) / QB;
         const int h = (int)((it - first) / blocks), i0 = (int)((it - first) % blocks) * QB;
         const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
+        const uint32_t *k2 = j->k2 ? j->k2 + (size_t)(cu[r] - cu[0]) * H * ((hd + 1) / 2) : NULL;
+        const uint32_t *v2 = j->v2 ? j->v2 + (size_t)pairs * H * hd : NULL;
         if (j->pos)
-            attend_block_masked(j->tile, j->softmax, j->vec, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
-                                nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, ld,
-                                H, hd, cu[r + 1] - cu[r], h, i0, j->half_window, j->pos + cu[r],
-                                j->opt + cu[r], j->out + at * j->ldo + (ptrdiff_t)h * hd, j->ldo,
-                                scr);
+            attend_block_masked(j, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
+                                nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, k2,
+                                v2, cu[r + 1] - cu[r], h, i0, j->half_window, j->pos + cu[r],
+                                j->opt + cu[r], j->out + at * j->ldo + (ptrdiff_t)h * hd, scr);
         else
-            attend_block(j->tile, j->softmax, j->vec, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
-                         nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, ld, H, hd,
-                         cu[r + 1] - cu[r], h, i0, j->half_window,
-                         j->out + at * j->ldo + (ptrdiff_t)h * hd, j->ldo, scr);
+            attend_block(j, j->q + at * ldq + (ptrdiff_t)h * hd, ldq, nq - i0 < QB ? nq - i0 : QB,
+                         j->qkv + (ptrdiff_t)cu[r] * ld, k2, v2, cu[r + 1] - cu[r], h, i0,
+                         j->half_window, j->out + at * j->ldo + (ptrdiff_t)h * hd, scr);
     }
+    if (j->bf16)
+        bf16_flush_restore(flush);
 }
 
 /* Row r's queries are q's rows qcu[r]..qcu[r+1] (ldq apart), its keys and values qkv's rows
  * cu[r]..cu[r+1]. With q == qkv and qcu == cu a query's position is its index in the row, which
  * the window reads, or pos[t] when pos and opt (per token of qkv) are given; otherwise
  * half_window must be < 0 and pos, opt NULL. */
-static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const float *qkv,
-                        const int32_t *cu, int R, int H, int hd, int half_window,
-                        const int32_t *pos, const int32_t *opt, float *out, int ldo,
-                        float *scratch, int nthreads)
+static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int32_t *qcu,
+                        const float *qkv, const int32_t *cu, int R, int H, int hd,
+                        int half_window, const int32_t *pos, const int32_t *opt, float *out,
+                        int ldo, float *scratch, int nthreads)
 {
-    attend_job j = {tile_c, softmax_c, 0, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos, opt,
-                    R, H, hd, half_window, ldo, 1, 0, out,
-                    (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
-#ifdef KIME_X86
+    attend_job j = {tile_c, softmax_c, 0, NULL, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos,
+                    opt, R, H, hd, half_window, ldo, 1, 0, out,
+                    (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), NULL, NULL};
     const int isa = kime_isa_detect();
+#ifdef KIME_X86
     if (isa == KIME_ISA_AVX512)
         j.tile = tile_512, j.softmax = softmax_512;
     else if (isa == KIME_ISA_AVX2)
         j.tile = tile_256, j.softmax = softmax_256;
     j.vec = isa >= KIME_ISA_AVX2;
 #elif defined(KIME_NEON)
-    if (kime_isa_detect() >= KIME_ISA_NEON)
+    if (isa >= KIME_ISA_NEON)
         j.tile = tile_neon, j.softmax = softmax_neon;
 #endif
+    int64_t items = 0;
     for (int r = 0; r < R; r++)
-        j.total += row_items(qcu, r, H);
-    if (j.total == 0)
+        items += row_items(qcu, r, H);
+    if (items == 0)
         return;
+    /* BF16 products: the keys and values are rounded into pairs first, a step of their own,
+     * once per call. */
+    if (precision == KIME_ATTN_BF16) {
+        const int tokens = cu[R] - cu[0];
+        const char *name;
+        j.bf16 = bf16_ops_for(isa, &name);
+        j.k2 = (uint32_t *)(((uintptr_t)(j.base + (size_t)(nthreads < 1 ? 1 : nthreads) *
+                                                      thread_floats(hd)) + 63) & ~(uintptr_t)63);
+        j.v2 = (uint32_t *)(((uintptr_t)(j.k2 + bf16_keys_words(tokens, H, hd)) + 63) &
+                            ~(uintptr_t)63);
+        for (int r = 0; r < R; r++)
+            j.total += row_pairs(cu, r);
+        j.chunk = kime_chunk((int)j.total, nthreads, 4, 4);
+        kime_parallel(nthreads, (int)((j.total + j.chunk - 1) / j.chunk), kv_task, &j);
+    }
+    j.total = items;
     /* About 8 tasks per thread, so the threads that have their cores take a late one's share. */
     j.chunk = (int)((j.total + 8 * nthreads - 1) / (8 * nthreads));
     if (j.chunk < 1)
@@ -722,21 +885,22 @@ static void attend_rows(const float *q, ptrdiff_t ldq, const int32_t *qcu, const
     kime_parallel(nthreads, (int)((j.total + j.chunk - 1) / j.chunk), attend_task, &j);
 }
 
-void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
-                    const int32_t *pos, const int32_t *opt, float *out, int ldo, float *scratch,
-                    int nthreads)
+void kime_attention(int precision, const float *qkv, const int32_t *cu, int R, int H, int hd,
+                    int half_window, const int32_t *pos, const int32_t *opt, float *out, int ldo,
+                    float *scratch, int nthreads)
 {
     if (!pos || !opt) /* both or neither */
         pos = opt = NULL;
-    attend_rows(qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, pos, opt, out, ldo,
-                scratch, nthreads);
+    attend_rows(precision, qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, pos,
+                opt, out, ldo, scratch, nthreads);
 }
 
-void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
-                         const int32_t *cu, int R, int H, int hd, float *out, int ldo,
-                         float *scratch, int nthreads)
+void kime_attention_some(int precision, const float *q, int ldq, const int32_t *qcu,
+                         const float *qkv, const int32_t *cu, int R, int H, int hd, float *out,
+                         int ldo, float *scratch, int nthreads)
 {
-    attend_rows(q, ldq, qcu, qkv, cu, R, H, hd, -1, NULL, NULL, out, ldo, scratch, nthreads);
+    attend_rows(precision, q, ldq, qcu, qkv, cu, R, H, hd, -1, NULL, NULL, out, ldo, scratch,
+                nthreads);
 }
 
 /* Rotate-half RoPE of one token's q and k heads by the table rows c, s. Plain C: it is

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "bf16.h" /* round_bf16: vcvtne2ps2bf16's rounding */
 #include "bgemm.h"
 #include "team.h"
 
@@ -100,19 +101,6 @@ const char *kime_bgemm_missing(int isa)
 }
 
 /* ---- packing W -------------------------------------------------------------------------------- */
-
-/* float32 -> bfloat16 bits as vcvtne2ps2bf16: nearest even, NaN quietened, denormals to zero. */
-static uint16_t round_bf16(float x)
-{
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)(u >> 16 | 0x0040u);
-    if (!(u & 0x7f800000u))
-        u &= 0x80000000u;
-    u += 0x7fffu + (u >> 16 & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 const char *kime_bgemm_kernels(void)
 {

@@ -31,20 +31,6 @@
 
 _Static_assert(BMR == 10 && BNR == 8, "bgemm.c's tile is this kernel's");
 
-/* round_bf16 on 4 lanes, in integer NEON (no BF16 instruction: packing A runs anywhere) */
-static inline uint16x4_t round_bf16x4(float32x4_t x)
-{
-    const uint32x4_t u = vreinterpretq_u32_f32(x);
-    const uint32x4_t nan = vcgtq_u32(vandq_u32(u, vdupq_n_u32(0x7fffffffu)),
-                                     vdupq_n_u32(0x7f800000u));
-    const uint32x4_t den = vceqq_u32(vandq_u32(u, vdupq_n_u32(0x7f800000u)), vdupq_n_u32(0));
-    const uint32x4_t v = vbslq_u32(den, vandq_u32(u, vdupq_n_u32(0x80000000u)), u);
-    const uint32x4_t odd = vandq_u32(vshrq_n_u32(v, 16), vdupq_n_u32(1));
-    const uint32x4_t r = vshrq_n_u32(vaddq_u32(vaddq_u32(v, vdupq_n_u32(0x7fffu)), odd), 16);
-    const uint32x4_t q = vorrq_u32(vshrq_n_u32(u, 16), vdupq_n_u32(0x0040u));
-    return vmovn_u32(vbslq_u32(nan, q, r));
-}
-
 /* Round rows [0, m) of A into a tile sliver (kw / 2 groups of 5 row pairs x 16 bytes); rows past
  * m and k past K are zero. `row` holds one row's bf16 (kw words). */
 static void pack_a(const float *A, int lda, int m, int K, uint32_t *row32, uint32_t *dst32)

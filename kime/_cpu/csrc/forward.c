@@ -333,8 +333,8 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
     linear(m, a, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
     kime_rope(a->qkv, n, cu, rows, m->heads, hd, L->is_global ? m->cos_global : m->cos_local,
               L->is_global ? m->sin_global : m->sin_local, pos, nthreads);
-    kime_attention(a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window, pos, opt,
-                   a->attn, d, a->attn_scratch, nthreads);
+    kime_attention(L->attn, a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window,
+                   pos, opt, a->attn, d, a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
     linear(m, a, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,
@@ -349,8 +349,8 @@ static void head_layer(const kime_model *m, const kime_arena *a, const kime_laye
     int d = m->d;
     kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
     linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
-    kime_attention(a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, NULL, NULL, a->attn, d,
-                   a->attn_scratch, nthreads);
+    kime_attention(L->attn, a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, NULL, NULL,
+                   a->attn, d, a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
     linear(m, a, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
@@ -381,8 +381,8 @@ static void head_layer_last(const kime_model *m, const kime_arena *a, const kime
             memcpy(xc + (size_t)c * d, a->x + (size_t)t * d, row_bytes);
         }
     const int nq = qcu[rows];
-    kime_attention_some(qc, d, qcu, a->qkv, cu, rows, m->head_heads, d / m->head_heads, a->attn,
-                        d, a->attn_scratch, nthreads);
+    kime_attention_some(L->attn, qc, d, qcu, a->qkv, cu, rows, m->head_heads, d / m->head_heads,
+                        a->attn, d, a->attn_scratch, nthreads);
     linear(m, a, a->attn, d, nq, d, d, L->out, L->out_b, KIME_EPI_ACCUM, xc, d, nthreads);
     kime_layer_norm(xc, a->h, nq, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
     linear(m, a, a->h, d, nq, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);

@@ -21,6 +21,7 @@ typedef struct {
     const float *up, *up_b;       /* encoder: packed GEGLU Wi [2I, d]; head: linear1 [4d, d] */
     const float *down, *down_b;   /* encoder: Wo [d, I]; head: linear2 [d, 4d] */
     int is_global;
+    int attn; /* its attention's products: kernels.h's KIME_ATTN_F32 or KIME_ATTN_BF16 */
 } kime_layer;
 
 typedef struct {

@@ -1,7 +1,7 @@
 /* kime CPU kernels: the C interface the compiled forward pass calls.
  *
- * Every kernel is FP32, works on packed unpadded rows (row r is tokens cu[r]..cu[r+1]), and is
- * deterministic: work is split over rows and output columns, never over a reduction, and each
+ * Every kernel is FP32 (attention's products may be BF16: KIME_ATTN_BF16), works on packed
+ * unpadded rows (row r is tokens cu[r]..cu[r+1]), and is deterministic: work is split over rows and output columns, never over a reduction, and each
  * output element is reduced in one fixed order. So a token's result is the same bits whatever
  * the thread count, and whatever other rows share its batch (its value never depends on M or on
  * which tile of a GEMM it falls in).
@@ -94,26 +94,39 @@ void kime_gemm(int isa, const float *A, int lda, int M, int K, int N, const floa
 void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const float *cos_table,
                const float *sin_table, const int32_t *pos, int nthreads);
 
-/* Softmax attention per row and head, blocked with an online softmax in FP32. q, k, v are read
+/* Attention's products: KIME_ATTN_F32 computes everything in FP32; KIME_ATTN_BF16 rounds the
+ * scaled queries, the keys, the softmax's probabilities and the values to bfloat16 and sums
+ * their products into FP32 as x86's vdpbf16ps does: with that instruction where the CPU has
+ * AVX512_BF16, and with FMAs that give its bits on every other SIMD level and on aarch64, so the
+ * bits do not depend on the level (attention_bf16.h). The softmax and the output's scaling stay
+ * FP32. */
+enum kime_attn_precision { KIME_ATTN_F32 = 0, KIME_ATTN_BF16 = 1 };
+/* What computes the BF16 products at `isa`: "vdpbf16ps", "avx2 fma", "neon fma" or "c" (the
+ * portable C level, whose sums round each product apart: its own bits). */
+const char *kime_attention_bf16_kernels(int isa);
+
+/* Softmax attention per row and head, blocked with an online softmax in FP32, its products in
+ * `precision`. q, k, v are read
  * from qkv (layout as above); out is [T, H*hd] with row stride ldo. scale = hd^-0.5. With
  * half_window >= 0, query i sees key j only when |i - j| <= half_window (ModernBERT's local
- * layers); half_window < 0 is full attention. scratch: kime_attention_scratch_floats floats.
+ * layers); half_window < 0 is full attention. scratch: kime_attention_scratch_floats floats
+ * for the precision, at least the call's tokens (cu[R] - cu[0]), its heads and head dim.
  * pos and opt (both NULL, or both given) are the parallel option layout's position and option
  * ids, indexed like qkv's rows: query i then sees key j of its row unless opt[i] > 0, opt[j] > 0
  * and opt[i] != opt[j], and with a window only when |pos[i] - pos[j]| <= half_window. NULL runs
  * the sequential layout's code, whose bits the ids pos = index in row, opt = 0 reproduce. */
-size_t kime_attention_scratch_floats(int hd, int nthreads);
-void kime_attention(const float *qkv, const int32_t *cu, int R, int H, int hd, int half_window,
-                    const int32_t *pos, const int32_t *opt, float *out, int ldo, float *scratch,
-                    int nthreads);
+size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd, int nthreads);
+void kime_attention(int precision, const float *qkv, const int32_t *cu, int R, int H, int hd,
+                    int half_window, const int32_t *pos, const int32_t *opt, float *out, int ldo,
+                    float *scratch, int nthreads);
 /* Full attention for some of each row's queries only: row r's queries are q's rows
  * qcu[r]..qcu[r+1] (row stride ldq, heads contiguous), its keys and values qkv's rows
  * cu[r]..cu[r+1]; results go to out's rows qcu[r]..qcu[r+1]. A query's result is the same bits
  * as the one kime_attention gives the token it was copied from (the decision head's last layer
  * needs only the rows the scorer and act head read). */
-void kime_attention_some(const float *q, int ldq, const int32_t *qcu, const float *qkv,
-                         const int32_t *cu, int R, int H, int hd, float *out, int ldo,
-                         float *scratch, int nthreads);
+void kime_attention_some(int precision, const float *q, int ldq, const int32_t *qcu,
+                         const float *qkv, const int32_t *cu, int R, int H, int hd, float *out,
+                         int ldo, float *scratch, int nthreads);
 
 #ifdef __cplusplus
 }
