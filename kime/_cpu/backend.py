@@ -155,9 +155,10 @@ class Plan:
 
 
 class CpuBackend:
-    """The compiled CPU forward pass in `precision` F32 (the default), INT8 or BF16 (INT8 or BF16
-    GEMMs in the encoder and decision head; FP32 attention, norms, scorer and act head). BF16
-    needs AVX512_BF16, or FEAT_BF16 on aarch64 (`check_bf16`).
+    """The compiled CPU forward pass in `precision` F32 (the default), INT8 or BF16: INT8 or BF16
+    GEMMs in the encoder and decision head, and attention's products in BF16
+    (`attention_precision`); the softmax, norms, scorer and act head FP32. BF16 needs
+    AVX512_BF16, or FEAT_BF16 on aarch64 (`check_bf16`).
 
     `use_cache=False` packs the weights in memory without reading or writing the on-disk cache.
     """
@@ -189,7 +190,11 @@ class CpuBackend:
         qisa = _qgemm.pin(self._isa) if self.precision is Precision.INT8 else None
         self.kernels = (_bgemm.KERNELS if bf16 else self._isa_name if qisa is None
                         else _qgemm.impl_name(qisa))
-        self.spec = CpuSpec.of(ck.graph, qisa, bf16)
+        # Below FP32 the precision contract (docs/precision.md) lets attention's products run in
+        # BF16, whose bits are the same at every ISA level (kernels.h).
+        attn_bf16 = self.precision is not Precision.F32
+        self.attention_precision = "bf16" if attn_bf16 else "f32"
+        self.spec = CpuSpec.of(ck.graph, qisa, bf16, attn_bf16)
         packed = load_packed(ck, self._isa, self._isa_name, _gemm.pack, use_cache=use_cache,
                              qpack=None if qisa is None else _qgemm.pack, qisa=qisa,
                              bpack=_bgemm.pack if bf16 else None)
@@ -267,9 +272,11 @@ class CpuBackend:
         return Memory(weights=weights, plans=sum(p.nbytes for p in plans))
 
     def describe(self) -> str:
+        """The device and what the forward pass computes in which precision."""
         if self.precision in (Precision.INT8, Precision.BF16):
-            return "cpu (%s %s GEMMs, FP32 attention and heads, %d threads)" % (
-                self.kernels, self.precision.value.upper(), self.threads)
+            return "cpu (%s %s GEMMs, %s attention products, FP32 softmax, norms and heads, " \
+                   "%d threads)" % (self.kernels, self.precision.value.upper(),
+                                    self.attention_precision.upper(), self.threads)
         return "cpu (%s FP32 kernels, %d threads)" % (self.kernels, self.threads)
 
     def close(self) -> None:

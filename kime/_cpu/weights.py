@@ -53,7 +53,9 @@ class CpuSpec:
 
     `qisa` is the INT8 kernel set the GEMM weights are packed for (`_qgemm.pin`), fixed at load
     so the packed bytes, the scratch and every call agree; None unless the model is INT8. `bf16`:
-    the GEMM weights are packed bfloat16 (`_bgemm.pack`).
+    the GEMM weights are packed bfloat16 (`_bgemm.pack`). `attn_bf16`: attention's products run
+    in BF16 (kernels.h's KIME_ATTN_BF16), which the backend asks for below FP32 where the CPU has
+    BF16 dot products.
     """
 
     d: int
@@ -70,6 +72,7 @@ class CpuSpec:
     global_layers: Tuple[bool, ...]
     qisa: Optional[int] = None
     bf16: bool = False
+    attn_bf16: bool = False
 
     def __post_init__(self) -> None:
         if self.bf16 and self.qisa is not None:
@@ -80,19 +83,21 @@ class CpuSpec:
         return self.qisa is not None
 
     @classmethod
-    def of(cls, graph: Graph, qisa: Optional[int] = None, bf16: bool = False) -> "CpuSpec":
+    def of(cls, graph: Graph, qisa: Optional[int] = None, bf16: bool = False,
+           attn_bf16: bool = False) -> "CpuSpec":
         spec = graph.spec
         return cls(d=spec.hidden, vocab=spec.vocab, layers=len(graph.layers), heads=spec.heads,
                    inter=spec.intermediate, half_window=spec.half_window,
                    norm_eps=spec.norm_eps, max_pos=graph.max_positions,
                    head_layers=len(graph.head), head_heads=graph.head_heads, n_act=graph.n_act,
                    global_layers=tuple(b.attention.is_global for b in graph.layers), qisa=qisa,
-                   bf16=bf16)
+                   bf16=bf16, attn_bf16=attn_bf16)
 
     def as_dict(self) -> Dict[str, object]:
         """The spec as the Cython boundary reads it."""
         out: Dict[str, object] = {
-            "int8": int(self.int8), "bf16": int(self.bf16), "d": self.d, "vocab": self.vocab,
+            "int8": int(self.int8), "bf16": int(self.bf16), "attn_bf16": int(self.attn_bf16),
+            "d": self.d, "vocab": self.vocab,
             "layers": self.layers, "heads": self.heads, "inter": self.inter,
             "half_window": self.half_window, "norm_eps": self.norm_eps, "max_pos": self.max_pos,
             "head_layers": self.head_layers, "head_heads": self.head_heads, "n_act": self.n_act,

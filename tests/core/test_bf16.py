@@ -45,8 +45,8 @@ def test_close_to_fp32(name: str, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("KIME_CACHE", str(tmp_path))
     f32 = _engine(_path(name), threads=2, precision="f32")
     bf16 = _engine(_path(name), threads=2, precision="bf16")
-    assert bf16.device == "cpu (%s BF16 GEMMs, FP32 attention and heads, 2 threads)" % (
-        _bgemm.KERNELS)
+    assert bf16.device == ("cpu (%s BF16 GEMMs, BF16 attention products, FP32 softmax, norms "
+                           "and heads, 2 threads)" % _bgemm.KERNELS)
     reqs = _requests(7, 24) + builtin_requests(30)
     agree = total = 0
     for a, b in zip(f32.decide_batch(reqs, cache=False), bf16.decide_batch(reqs, cache=False)):
