@@ -730,6 +730,7 @@ AREAS += ("goldens_embed_templates.py",)  # issue 37: embeddings on three tokeni
 AREAS += ("goldens_faults.py",)  # issue 38: where laya's guards and pickers fail open (integrations_faults.json)
 AREAS += ("goldens_ecosystem.py",)  # issue 52: Agent.tok, laya.common, a rebound build_sequence, laya --predict (ecosystem.json)
 AREAS += ("goldens_limits.py",)  # issue 53: budgets past the model's positions and out of range (limits.json)
+AREAS += ("goldens_precision.py",)  # issue 55: the precision contract's peers, laya AMP and ORT INT8 (precision.json)
 
 
 def record_areas() -> List[str]:
