@@ -11,10 +11,11 @@ is the sum of those best times over the forward's GEMMs; W1 / floor is the issue
 or less is the aim). What lies between the two is everything else: attention, norms, RoPE, the
 weights coming from DRAM rather than cache, the threads' barriers, tokenizing and Python.
 
-Attention is timed the same way, each of the forward's calls alone at its window (FP32 at every
-precision), and `+attention` adds those best times to the floor: W1 / both is what is left once
-the two kernels that do the arithmetic have their best time, and the last line gives
-attention's rate, to read against the FP32 GEMMs' (the machine's FMA rate).
+Attention is timed the same way, each of the forward's calls alone at its window and in the
+precision the forward runs its products in (FP32 for f32, BF16 for int8 and bf16: the precision
+contract, docs/precision.md), and `+attention` adds those best times to the floor: W1 / both is
+what is left once the two kernels that do the arithmetic have their best time, and the last lines
+give attention's rate per precision, to read against the GEMMs'.
 
 GEMMs run on the engine's own master thread (`kime._cpu.masters`), so they use the forward
 pass's team of kime's thread pool and the bench does not start a second team beside it.
@@ -65,40 +66,43 @@ def forward_gemms(spec, n: int, markers: int, precision: str) -> Counter:
     return calls
 
 
-# (tokens, heads, head dim, half window; -1 for a global layer)
-Attn = Tuple[int, int, int, int]
+# (tokens, heads, head dim, half window (-1 for a global layer), products' precision)
+Attn = Tuple[int, int, int, int, str]
 
 
 def forward_attention(spec, n: int) -> Counter:
     """The attention calls of a one-row forward pass of n tokens (forward.c): every encoder
     layer, local or global, and every head layer but the last, which attends only from its
-    kept queries (left out: a few rows against the row, under 1% of one layer's)."""
+    kept queries (left out: a few rows against the row, under 1% of one layer's), each in the
+    precision the spec runs attention's products in."""
     hd = spec.d // spec.heads
+    p = "bf16" if spec.attn_bf16 else "f32"
     calls: Counter = Counter()
     for is_global in spec.global_layers:
-        calls[(n, spec.heads, hd, -1 if is_global else spec.half_window)] += 1
+        calls[(n, spec.heads, hd, -1 if is_global else spec.half_window, p)] += 1
     for _ in range(spec.head_layers - 1):
-        calls[(n, spec.head_heads, spec.d // spec.head_heads, -1)] += 1
+        calls[(n, spec.head_heads, spec.d // spec.head_heads, -1, p)] += 1
     return calls
 
 
 def attention_flop(key: Attn) -> float:
     """The FLOPs of the scores and the weighted values over the (query, key) pairs a call's
     window admits (not those the kernel's blocks compute): 4 * head dim per pair and head."""
-    n, heads, hd, w = key
+    n, heads, hd, w, _ = key
     pairs = n * n if w < 0 else sum(min(n - 1, i + w) - max(0, i - w) + 1 for i in range(n))
     return 4.0 * hd * heads * pairs
 
 
 def attention_runner(key: Attn, threads: int, rng: np.random.Generator) -> Callable[[], object]:
-    """A call of kime's attention kernel (FP32 at every precision) on random q, k and v."""
+    """A call of kime's attention kernel, in the key's precision, on random q, k and v."""
     from kime._cpu import _attention
 
-    n, heads, hd, w = key
+    n, heads, hd, w, precision = key
     qkv = rng.standard_normal((n, 3 * heads * hd), dtype=np.float32)
     cu = np.array([0, n], np.int32)
     out = np.empty((n, heads * hd), np.float32)
-    return lambda: _attention.attention(qkv, cu, heads, hd, w, out, threads)
+    return lambda: _attention.attention(qkv, cu, heads, hd, w, out, threads,
+                                        precision=precision)
 
 
 def gemm_runner(precision: str, K: int, N: int, epilogue: str, M: int, threads: int,
@@ -198,27 +202,32 @@ def main(argv: Optional[List[str]] = None) -> int:
         agent.close()  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     calls = {p: forward_gemms(spec, n, k, p) for p, spec in specs.items()}
-    first_spec = next(iter(specs.values()))
-    attn = forward_attention(first_spec, n)  # the same calls, in FP32, at every precision
+    attn = {p: forward_attention(spec, n) for p, spec in specs.items()}
     fns: Dict[object, Callable[[], object]] = {
         key: gemm_runner(key[4], key[1], key[2], key[3], key[0], threads, rng)
         for c in calls.values() for key in c}
-    fns.update({key: attention_runner(key, threads, rng) for key in attn})
+    fns.update({key: attention_runner(key, threads, rng) for c in attn.values() for key in c})
     best = best_times(fns, threads, args.repeat)
-    attn_s = sum(count * best[key] for key, count in attn.items())
-    attn_flop = sum(count * attention_flop(key) for key, count in attn.items())
     for precision in specs:
         w1_s = statistics.median(times[precision])
         floor = sum(count * best[key] for key, count in calls[precision].items())
         flop = sum(count * 2.0 * M * K * N for (M, K, N, _, _), count in calls[precision].items())
+        attn_s = sum(count * best[key] for key, count in attn[precision].items())
         print("%-5s | %7.2f ms | %7.2f ms | %7.2fx | %12.1f | %8.2f ms | %8.2fx | %d tokens, "
               "%d options" % (precision, w1_s * 1e3, floor * 1e3, w1_s / floor, flop / floor / 1e9,
                               (floor + attn_s) * 1e3, w1_s / (floor + attn_s), n, k))
-    print("attention alone (FP32 at every precision): %d calls (%d global, %d local, half window "
-          "%d), %.2f ms, %.1f GFLOP/s over the pairs the windows admit"
-          % (sum(attn.values()), sum(c for key, c in attn.items() if key[3] < 0),
-             sum(c for key, c in attn.items() if key[3] >= 0), first_spec.half_window,
-             attn_s * 1e3, attn_flop / attn_s / 1e9))
+    for products in sorted({key[4] for c in attn.values() for key in c}):
+        # the calls of one precision that runs these products (int8 and bf16 share them)
+        keys = next(c for c in attn.values() if next(iter(c))[4] == products)
+        attn_s = sum(count * best[key] for key, count in keys.items())
+        attn_flop = sum(count * attention_flop(key) for key, count in keys.items())
+        print("attention alone, %s products: %d calls (%d global, %d local, half window %d), "
+              "%.2f ms, %.1f GFLOP/s over the pairs the windows admit"
+              % (products.upper(), sum(keys.values()), sum(c for key, c in keys.items()
+                                                           if key[3] < 0),
+                 sum(c for key, c in keys.items() if key[3] >= 0),
+                 next(iter(specs.values())).half_window, attn_s * 1e3,
+                 attn_flop / attn_s / 1e9))
     return 0
 
 

@@ -92,13 +92,15 @@ def test_floor_runs(bench_checkpoint: str, capsys: pytest.CaptureFixture[str]) -
     out = capsys.readouterr().out
     rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")]
             for line in out.splitlines() if line.count("|") == 7}
-    attention = re.search(r"attention alone .*: (\d+) calls \((\d+) global, (\d+) local.*?, "
-                          r"([\d.]+) ms", out)
-    assert attention, out
-    calls, glob, local, attn_ms = (float(g) for g in attention.groups())
-    # tiny: 4 encoder layers (global every third) and the decision head's first layer
-    assert (calls, glob, local) == (5, 3, 2) and attn_ms > 0
-    for prec in ("f32", "int8"):
+    attention = {m.group(1): [float(g) for g in m.groups()[1:]] for m in re.finditer(
+        r"attention alone, (\w+) products: (\d+) calls \((\d+) global, (\d+) local.*?, "
+        r"([\d.]+) ms", out)}
+    # FP32's products for f32, BF16's for int8 (the precision contract)
+    assert sorted(attention) == ["BF16", "F32"], out
+    for prec, products in (("f32", "F32"), ("int8", "BF16")):
+        calls, glob, local, attn_ms = attention[products]
+        # tiny: 4 encoder layers (global every third) and the decision head's first layer
+        assert (calls, glob, local) == (5, 3, 2) and attn_ms > 0
         w1, floor_ms, ratio, both_ms, both = (
             float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3, 5, 6))
         assert w1 > 0 and floor_ms > 0 and ratio == pytest.approx(w1 / floor_ms, rel=0.03, abs=0.01)
