@@ -71,16 +71,18 @@ def kernels_report() -> Dict[str, object]:
     `kime.factory.backend_report`, so nothing outside `_cpu` imports the compiled modules): the
     ISA, the FP32 micro-kernel, the aarch64 features (getauxval; [] elsewhere), the INT8 kernel
     set and the KIME_QGEMM cap asked for, why BF16 cannot run (None: it can) and its kernels,
-    and the thread pool's spin in microseconds (None: the build runs one thread, which only a
-    build without POSIX threads does). Raises what a broken build raises on import; the caller
-    reports it."""
-    from . import _bgemm, _forward, _gemm, _qgemm
+    what computes attention's BF16 products (int8 and bf16 run them: `vdpbf16ps`, or the FMAs
+    that give its bits), and the thread pool's spin in microseconds (None: the build runs one
+    thread, which only a build without POSIX threads does). Raises what a broken build raises
+    on import; the caller reports it."""
+    from . import _attention, _bgemm, _forward, _gemm, _qgemm
 
     missing = bf16_missing()
     return {"isa": _forward.isa_name(_forward.isa_detect()), "fp32_kernels": _gemm.kernel_name(),
             "cpu_features": _gemm.cpu_features(), "int8_kernels": _qgemm.impl_name(),
             "kime_qgemm_env": os.environ.get("KIME_QGEMM"), "bf16_missing": missing,
             "bf16_kernels": _bgemm.KERNELS if missing is None else None,
+            "bf16_attention": _attention.bf16_kernels(),
             "pool_spin_us": _forward.pool_spin_us() if _forward.pool_threaded() else None}
 
 

@@ -107,8 +107,10 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
     if cpu.get("cpu_features"):  # aarch64: what getauxval reports, KIME_ISA aside
         lines.append(("cpu features", " ".join(cpu["cpu_features"])))
     lines += [("int8 kernels", int8),
-              ("bf16 kernels", bf16),
-              ("thread pool", _pool_line(cpu)),
+              ("bf16 kernels", bf16)]
+    if cpu.get("bf16_attention"):  # int8's and bf16's attention products
+        lines.append(("bf16 attention", cpu["bf16_attention"]))
+    lines += [("thread pool", _pool_line(cpu)),
               ("threads (threads=0)", "%d: %s" % (cpu["threads"], cpu["threads_why"])),
               ("cpu backend", cpu["backend"])]
     why = " (%s)" % gpu["error"] if "error" in gpu else ""

@@ -65,6 +65,10 @@ def test_doctor_json(capsys, monkeypatch, tmp_path):
     assert report["cpu"]["fp32_kernels"].split()[0] in ("portable", "avx2", "avx512", "neon")
     assert report["cpu"]["cpu_features"] == _gemm.cpu_features()
     assert "openmp" not in report["cpu"]
+    from kime._cpu import _attention
+
+    assert report["cpu"]["bf16_attention"] == _attention.bf16_kernels()
+    assert report["cpu"]["bf16_attention"] in ("vdpbf16ps", "avx2 fma", "neon fma", "c")
     assert report["cpu"]["pool_spin_us"] == (_forward.pool_spin_us() if _forward.pool_threaded()
                                              else None)
     assert report["cpu"]["threads"] >= 1
@@ -81,6 +85,7 @@ def test_doctor_honours_kime_isa(capsys, monkeypatch):
     assert code == 0
     assert json.loads(out)["cpu"]["isa"] == "portable"
     assert json.loads(out)["cpu"]["fp32_kernels"] == "portable 4x8"
+    assert json.loads(out)["cpu"]["bf16_attention"] == "c"
 
 
 class FakeDownload:
