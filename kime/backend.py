@@ -76,6 +76,8 @@ class Precision(str, enum.Enum):
     refused rather than quietly run in FP32. `f32` is FP32 everywhere; `int8` is the CPU's INT8
     GEMMs and `bf16` its BF16 GEMMs (bfloat16 weights and GEMM inputs, FP32 sums), both with FP32
     attention, norms and heads. `bf16` needs a CPU with AVX512_BF16, which the CPU backend checks.
+    `mixed` (CPU only) runs each layer's GEMMs in the precision `kime gate --mixed` chose for it
+    on the user's own requests (`kime.layer_choice`), INT8, BF16 or FP32.
     """
 
     AUTO = "auto"
@@ -83,6 +85,7 @@ class Precision(str, enum.Enum):
     F32 = "f32"
     INT8 = "int8"
     BF16 = "bf16"
+    MIXED = "mixed"
 
     @classmethod
     def parse(cls, value: Union[str, "Precision", None]) -> "Precision":
@@ -98,7 +101,8 @@ class Precision(str, enum.Enum):
             return cls(key)
         except ValueError:
             raise BadOption("precision %r is not one kime knows; use 'auto', 'f16' (GPU), 'f32', "
-                            "'int8' (CPU) or 'bf16' (CPU with AVX512_BF16)" % (value,)) from None
+                            "'int8' (CPU), 'bf16' (CPU with AVX512_BF16) or 'mixed' (CPU, after "
+                            "`kime gate --mixed`)" % (value,)) from None
 
     def on(self, device: Device) -> "Precision":
         """The precision this one means on a resolved device (`auto` becomes concrete); refuses
@@ -106,7 +110,7 @@ class Precision(str, enum.Enum):
         if device.is_auto:
             raise ValueError("resolve the device before the precision")
         if device.kind == "cuda":
-            if self in (Precision.INT8, Precision.BF16):
+            if self in CPU_ONLY:
                 raise Unsupported("precision=%r runs on the CPU only; on device=%r use 'f16' "
                                   "(the default on a GPU) or 'f32'" % (self.value, str(device)))
             return Precision.F16 if self is Precision.AUTO else self
@@ -120,6 +124,10 @@ class Precision(str, enum.Enum):
         return self.value
 
 
+CPU_ONLY = (Precision.INT8, Precision.BF16, Precision.MIXED)
+"""The precisions only the CPU backend has kernels for."""
+
+
 def parse_threads(threads: object) -> int:
     """0 (every core) or a positive count; anything else is refused."""
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
@@ -127,21 +135,22 @@ def parse_threads(threads: object) -> int:
     return threads
 
 
-def cpu_count() -> int:
-    """The default thread count: the CPUs this process may use (the affinity mask, capped by the
-    cgroup CPU quota; `kime.cpus`), not the machine's total."""
-    return cpu_budget().threads
-
-
 def cache_root() -> str:
-    """kime's on-disk cache directory: $KIME_CACHE, else $XDG_CACHE_HOME/kime, else
-    ~/.cache/kime. What a backend or its load keeps there (packed CPU weights, the CUDA
-    self-check's verdicts) gets a subdirectory of its own."""
+    """kime's cache directory, where what is derived from a checkpoint is kept for the next load:
+    $KIME_CACHE, else $XDG_CACHE_HOME/kime, else ~/.cache/kime. Packed weights live under
+    `packed/` (`kime._cpu.weights.cache_dir`), layer choices under `precision/`
+    (`kime.layer_choice`), the CUDA self-check's verdicts under `gpu-check/` (`kime.gpu_check`)."""
     root = os.environ.get("KIME_CACHE")
     if not root:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "kime")
     return root
+
+
+def cpu_count() -> int:
+    """The default thread count: the CPUs this process may use (the affinity mask, capped by the
+    cgroup CPU quota; `kime.cpus`), not the machine's total."""
+    return cpu_budget().threads
 
 
 class Backend(Protocol):

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, NamedTuple, Optional, Union
 
 from . import gpu_check
-from .backend import Backend, Device, Precision, cpu_count, parse_threads
+from .backend import CPU_ONLY, Backend, Device, Precision, cpu_count, parse_threads
 from .checkpoint import Checkpoint
 from .errors import BadOption, CudaSelfCheckFailed, Unsupported, warn_caller
 from .gpu_check import GpuCheck
@@ -55,7 +55,7 @@ def check_options(device: Union[str, Device, Target, None],
         if dev.kind == "cuda":  # the probe that picked it has just opened CuPy on it
             return Target(dev, prec.on(dev), cpu_fallback=True)
     if dev.kind == "cuda":
-        prec = prec.on(dev)  # refuses int8 and bf16 before CuPy is asked anything
+        prec = prec.on(dev)  # refuses int8, bf16 and mixed before CuPy is asked anything
         from ._cuda.device import open_cupy
 
         open_cupy(dev.ordinal)
@@ -84,7 +84,7 @@ def _checked(target: Target, precision: Union[str, Precision, None], threads: ob
 def resolve_auto(precision: Precision) -> Device:
     """`auto`: GPU 0 when CuPy imports and a GPU answers (and the precision runs on one), else
     the CPU. The backend's `describe()` says which was picked."""
-    if precision in (Precision.INT8, Precision.BF16):
+    if precision in CPU_ONLY:
         return Device("cpu")
     from ._cuda.device import probe
 
@@ -108,7 +108,8 @@ def open_backend(ck: Checkpoint, target: Target, threads: int = 0,
     self-check (`kime.gpu_check`); one that fails it is closed before it answers anything, and
     the model opens on the CPU with a warning when `target.cpu_fallback`, else
     `CudaSelfCheckFailed` is raised. On the CPU it is the compiled backend (`f32` by default,
-    `int8`, or `bf16`); `KIME_CPU_BACKEND=reference` picks the NumPy reference instead (slow;
+    `int8`, `bf16`, or `mixed`: each layer as the checkpoint's layer choice says,
+    `kime.layer_choice`); `KIME_CPU_BACKEND=reference` picks the NumPy reference instead (slow;
     the oracle the tests compare against).
     """
     if target.device.kind == "cuda":
@@ -162,7 +163,13 @@ def _open_cpu(ck: Checkpoint, precision: Precision, threads: int, preload: bool 
         raise BadOption("KIME_CPU_BACKEND=%r: use 'compiled' (the default) or 'reference'" % choice)
     from ._cpu.backend import CpuBackend
 
-    return CpuBackend(ck, n_threads, precision=precision, preload=preload, use_cache=use_cache)
+    layers: tuple[str, ...] = ()
+    if precision is Precision.MIXED:
+        from .layer_choice import read_choice
+
+        layers = read_choice(ck.path, len(ck.graph.layers), len(ck.graph.head)).layers
+    return CpuBackend(ck, n_threads, precision=precision, preload=preload, use_cache=use_cache,
+                      layers=layers)
 
 
 def backend_report() -> dict[str, dict[str, object]]:

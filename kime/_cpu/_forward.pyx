@@ -47,6 +47,9 @@ cdef extern from "kernels.h":
 cdef extern from "forward.h":
     enum: KIME_MAX_LAYERS
     enum: KIME_ACT_HIDDEN
+    enum: KIME_PREC_F32
+    enum: KIME_PREC_INT8
+    enum: KIME_PREC_BF16
     ctypedef struct kime_layer:
         const float *norm_w
         const float *norm_b
@@ -62,6 +65,7 @@ cdef extern from "forward.h":
         const float *down_b
         int is_global
         int attn
+        int prec
     ctypedef struct kime_model:
         int isa, int8, qisa, bf16, d, vocab, layers, heads, inter, half_window
         float norm_eps
@@ -147,6 +151,27 @@ def source_digest() -> str:
     return kime_source_digest.decode()
 
 
+# A layer's GEMM precision, as the spec's `layer_prec` names it, and the dtype of its packed
+# weights: FP32 panels, qgemm's bytes, bgemm's bfloat16.
+_PRECISIONS = {"f32": KIME_PREC_F32, "int8": KIME_PREC_INT8, "bf16": KIME_PREC_BF16}
+_WEIGHT_DTYPES = {KIME_PREC_F32: np.float32, KIME_PREC_INT8: np.uint8, KIME_PREC_BF16: np.uint16}
+
+
+def _layer_precisions(dict spec):
+    """Each layer's KIME_PREC_*, the encoder's then the decision head's: the spec's
+    `layer_prec` (names from _PRECISIONS), or every layer the model's own precision (`int8`,
+    `bf16`, else FP32)."""
+    n = spec["layers"] + spec["head_layers"]
+    names = spec.get("layer_prec")
+    if names is None:
+        uniform = "int8" if spec.get("int8") else "bf16" if spec.get("bf16") else "f32"
+        names = [uniform] * n
+    if len(names) != n or any(p not in _PRECISIONS for p in names):
+        raise ValueError("layer_prec must name %s for each of the %d layers, got %r"
+                         % (" / ".join(_PRECISIONS), n, names))
+    return [_PRECISIONS[p] for p in names]
+
+
 def pool_spin_us() -> int:
     """How long an idle worker of kime's thread pool spins before it sleeps, in microseconds."""
     return kime_pool_spin_us()
@@ -193,7 +218,7 @@ cdef const float *_f32(dict arrays, str name) except? NULL:
 
 
 cdef const float *_weight(dict arrays, str name, object want) except? NULL:
-    """A GEMM weight: packed FP32 panels, qgemm's packed bytes (uint8) when the model is INT8,
+    """A GEMM weight: packed FP32 panels, qgemm's packed bytes (uint8) when its layer is INT8,
     or bgemm's packed bfloat16 (uint16) when it is BF16; `want` is that dtype."""
     arr = arrays.get(name)
     if arr is None:
@@ -208,7 +233,6 @@ cdef class Model:
 
     cdef kime_model m
     cdef dict arrays
-    cdef object weight_dtype
     cdef int attn
     cdef readonly int d, n_act, threads, max_pos
 
@@ -226,11 +250,11 @@ cdef class Model:
         m.bf16 = int(spec.get("bf16", 0))
         if m.int8 and m.bf16:
             raise ValueError("a model's GEMM weights are INT8 or BF16, not both")
-        if m.bf16 and kime_bgemm_missing(isa) != NULL:
+        precs = _layer_precisions(spec)
+        if KIME_PREC_BF16 in precs and kime_bgemm_missing(isa) != NULL:
             # The kernels would stop the process on an illegal instruction.
             raise ValueError("the BF16 GEMM does not run at isa %d (missing: %s)"
                              % (isa, kime_bgemm_missing(isa).decode()))
-        self.weight_dtype = np.uint8 if m.int8 else np.uint16 if m.bf16 else np.float32
         self.attn = KIME_ATTN_BF16 if spec.get("attn_bf16") else KIME_ATTN_F32
         m.d = self.d = spec["d"]
         m.vocab = spec["vocab"]
@@ -258,10 +282,10 @@ cdef class Model:
         m.type_emb = _f32(arrays, "type_emb")
         for i in range(m.layers):
             L = &m.enc[i]
-            self._layer(L, "enc.%d." % i)
+            self._layer(L, "enc.%d." % i, precs[i])
             L.is_global = spec["global_layers"][i]
         for i in range(m.head_layers):
-            self._layer(&m.head[i], "head.%d." % i)
+            self._layer(&m.head[i], "head.%d." % i, precs[m.layers + i])
         m.sc_norm_w = _f32(arrays, "scorer.norm.w")
         m.sc_norm_b = _f32(arrays, "scorer.norm.b")
         m.sc1 = _f32(arrays, "scorer.1")
@@ -273,19 +297,21 @@ cdef class Model:
         m.act2 = _f32(arrays, "act.2")
         m.act2_b = _f32(arrays, "act.2.b")
 
-    cdef _layer(self, kime_layer *L, str p):
+    cdef _layer(self, kime_layer *L, str p, int prec):
         a = self.arrays
+        want = _WEIGHT_DTYPES[prec]
+        L.prec = prec
         L.norm_w = _f32(a, p + "norm.w")
         L.norm_b = _f32(a, p + "norm.b")
-        L.qkv = _weight(a, p + "qkv", self.weight_dtype)
+        L.qkv = _weight(a, p + "qkv", want)
         L.qkv_b = _f32(a, p + "qkv.b")
-        L.out = _weight(a, p + "out", self.weight_dtype)
+        L.out = _weight(a, p + "out", want)
         L.out_b = _f32(a, p + "out.b")
         L.norm2_w = _f32(a, p + "norm2.w")
         L.norm2_b = _f32(a, p + "norm2.b")
-        L.up = _weight(a, p + "up", self.weight_dtype)
+        L.up = _weight(a, p + "up", want)
         L.up_b = _f32(a, p + "up.b")
-        L.down = _weight(a, p + "down", self.weight_dtype)
+        L.down = _weight(a, p + "down", want)
         L.down_b = _f32(a, p + "down.b")
         L.is_global = 1
         L.attn = self.attn
@@ -353,6 +379,7 @@ cdef class Arena:
     def __init__(self, dict spec, int isa, int threads, int max_tokens):
         d, inter = spec["d"], spec["inter"]
         ffn = max(inter, 4 * d)
+        precs = _layer_precisions(spec)
         # A GEMM's packed-A block is sized per K, so the scratch must hold the largest over
         # every K the forward pass uses, not just the scratch of the largest K.
         gemm_scratch = max(kime_gemm_scratch_floats(isa, k, threads)
@@ -368,12 +395,14 @@ cdef class Arena:
             "attn_scratch": max(kime_attention_scratch_floats(
                 KIME_ATTN_BF16 if spec.get("attn_bf16") else KIME_ATTN_F32, max_tokens, heads,
                 d // heads, threads) for heads in (spec["heads"], spec["head_heads"])),
-            # qgemm's and bgemm's scratch in bytes, as floats; one float when the model has
-            # no such GEMMs.
+            # qgemm's and bgemm's scratch in bytes, as floats; one float when no layer has
+            # such GEMMs.
             "qgemm_scratch": (max(kime_qgemm_scratch_bytes(spec.get("qisa", isa), k, threads)
-                                  for k in (d, inter, 4 * d)) + 3) // 4 if spec.get("int8") else 1,
+                                  for k in (d, inter, 4 * d)) + 3) // 4
+                             if KIME_PREC_INT8 in precs else 1,
             "bgemm_scratch": (max(kime_bgemm_scratch_bytes(k, threads)
-                                  for k in (d, inter, 4 * d)) + 3) // 4 if spec.get("bf16") else 1,
+                                  for k in (d, inter, 4 * d)) + 3) // 4
+                             if KIME_PREC_BF16 in precs else 1,
         }
         self.buffers = []
         self.nbytes = 0

@@ -16,7 +16,7 @@ import dataclasses
 import os
 import threading
 import types
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -57,6 +57,12 @@ def bf16_missing() -> Optional[str]:
                 "clang 9 and later have them)")
     return ("this CPU lacks AVX512_BF16 (AVX-512 bfloat16 dot products: AMD Zen 4 and later, "
             "Intel Cooper Lake and Sapphire Rapids and later)")
+
+
+def _bf16_kernels() -> str:
+    from . import _bgemm
+
+    return str(_bgemm.KERNELS)
 
 
 def check_bf16() -> None:
@@ -160,14 +166,16 @@ class CpuBackend:
     """The compiled CPU forward pass in `precision` F32 (the default), INT8 or BF16: INT8 or BF16
     GEMMs in the encoder and decision head, and attention's products in BF16
     (`attention_precision`); the softmax, norms, scorer and act head FP32. BF16 needs
-    AVX512_BF16, or FEAT_BF16 on aarch64 (`check_bf16`).
+    AVX512_BF16, or FEAT_BF16 on aarch64 (`check_bf16`). MIXED runs each layer's GEMMs in the
+    precision `layers` names (the encoder's layers, then the decision head's: the gate's
+    `kime.layer_choice`), with FP32 attention, as the gate measured it.
 
     `use_cache=False` packs the weights in memory without reading or writing the on-disk cache.
     """
 
     def __init__(self, ck: Checkpoint, threads: int,
                  precision: Union[Precision, str] = Precision.F32, preload: bool = False,
-                 use_cache: bool = True):
+                 use_cache: bool = True, layers: Sequence[str] = ()):
         # threadpoolctl ships no type information
         from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
@@ -176,8 +184,12 @@ class CpuBackend:
 
         self.device = CPU
         self.precision = Precision.parse(precision).on(CPU)  # refuses f16: no FP16 kernels
+        mixed = self.precision is Precision.MIXED
+        if mixed != bool(layers):
+            raise ValueError("a precision per layer goes with precision='mixed', and only with it")
+        self.layers: Tuple[str, ...] = tuple(layers)
         bf16 = self.precision is Precision.BF16
-        if bf16:
+        if bf16 or "bf16" in self.layers:
             check_bf16()
         self.threads = threads
         self.max_batch_tokens = BUCKETS[-1]
@@ -189,17 +201,20 @@ class CpuBackend:
         self._isa_name = _forward.isa_name(self._isa)
         # The INT8 kernel set is chosen once, here: the packed weights, the scratch and every
         # call then agree even if KIME_QGEMM changes while the model is loaded.
-        qisa = _qgemm.pin(self._isa) if self.precision is Precision.INT8 else None
+        int8 = self.precision is Precision.INT8 or "int8" in self.layers
+        qisa = _qgemm.pin(self._isa) if int8 else None
         self.kernels = (_bgemm.KERNELS if bf16 else self._isa_name if qisa is None
                         else _qgemm.impl_name(qisa))
         # Below FP32 the precision contract (docs/precision.md) lets attention's products run in
-        # BF16, whose bits are the same at every ISA level (kernels.h).
-        attn_bf16 = self.precision is not Precision.F32
+        # BF16, whose bits are the same at every ISA level (kernels.h). A mix keeps FP32
+        # attention: the gate chose its layers with it.
+        attn_bf16 = self.precision in (Precision.INT8, Precision.BF16)
         self.attention_precision = "bf16" if attn_bf16 else "f32"
-        self.spec = CpuSpec.of(ck.graph, qisa, bf16, attn_bf16)
+        self.spec = CpuSpec.of(ck.graph, qisa, bf16, attn_bf16, self.layers)
         packed = load_packed(ck, self._isa, self._isa_name, _gemm.pack, use_cache=use_cache,
                              qpack=None if qisa is None else _qgemm.pack, qisa=qisa,
-                             bpack=_bgemm.pack if bf16 else None)
+                             bpack=_bgemm.pack if bf16 or "bf16" in self.layers else None,
+                             mix=self.layers)
         self.weights_from = packed.how
         self.weights_file: Optional[str] = packed.path
         self._arrays: Optional[Dict[str, np.ndarray]] = packed.arrays
@@ -275,6 +290,12 @@ class CpuBackend:
 
     def describe(self) -> str:
         """The device and what the forward pass computes in which precision."""
+        if self.layers:
+            kernels = {"int8": self.kernels, "bf16": _bf16_kernels(), "f32": self._isa_name}
+            runs = ", ".join("%d %s %s" % (self.layers.count(p), kernels[p], p.upper())
+                             for p in ("int8", "bf16", "f32") if p in self.layers)
+            return "cpu (mixed: %s layers; FP32 attention and heads, %d threads)" % (
+                runs, self.threads)
         if self.precision in (Precision.INT8, Precision.BF16):
             return "cpu (%s %s GEMMs, %s attention products, FP32 softmax, norms and heads, " \
                    "%d threads)" % (self.kernels, self.precision.value.upper(),

@@ -25,7 +25,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -52,10 +52,11 @@ class CpuSpec:
     """The sizes the compiled forward pass (`_forward.Model`, `_forward.Arena`) is built for.
 
     `qisa` is the INT8 kernel set the GEMM weights are packed for (`_qgemm.pin`), fixed at load
-    so the packed bytes, the scratch and every call agree; None unless the model is INT8. `bf16`:
+    so the packed bytes, the scratch and every call agree; None unless a layer is INT8. `bf16`:
     the GEMM weights are packed bfloat16 (`_bgemm.pack`). `attn_bf16`: attention's products run
-    in BF16 (kernels.h's KIME_ATTN_BF16), which the backend asks for below FP32 where the CPU has
-    BF16 dot products.
+    in BF16 (kernels.h's KIME_ATTN_BF16), which the backend asks for below FP32. `mix`, in a
+    mixed model, is each layer's precision (the encoder's, then the decision head's;
+    `kime.layer_choice`), and `bf16` is then False: it names a uniform model.
     """
 
     d: int
@@ -73,25 +74,32 @@ class CpuSpec:
     qisa: Optional[int] = None
     bf16: bool = False
     attn_bf16: bool = False
+    mix: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.bf16 and self.qisa is not None:
-            raise ValueError("a model's GEMM weights are INT8 or BF16, not both")
+        if self.bf16 and (self.qisa is not None or self.mix):
+            raise ValueError("a model's GEMM weights are INT8, BF16 or mixed, one of them")
+        if self.mix and len(self.mix) != self.layers + self.head_layers:
+            raise ValueError("a mixed model names a precision for each of its %d layers, not %d"
+                             % (self.layers + self.head_layers, len(self.mix)))
+        if self.mix and ("int8" in self.mix) != (self.qisa is not None):
+            raise ValueError("a mixed model has an INT8 kernel set exactly when a layer is INT8")
 
     @property
     def int8(self) -> bool:
-        return self.qisa is not None
+        """Every layer is INT8 (in a mixed model, `mix` says which are)."""
+        return self.qisa is not None and not self.mix
 
     @classmethod
     def of(cls, graph: Graph, qisa: Optional[int] = None, bf16: bool = False,
-           attn_bf16: bool = False) -> "CpuSpec":
+           attn_bf16: bool = False, mix: Tuple[str, ...] = ()) -> "CpuSpec":
         spec = graph.spec
         return cls(d=spec.hidden, vocab=spec.vocab, layers=len(graph.layers), heads=spec.heads,
                    inter=spec.intermediate, half_window=spec.half_window,
                    norm_eps=spec.norm_eps, max_pos=graph.max_positions,
                    head_layers=len(graph.head), head_heads=graph.head_heads, n_act=graph.n_act,
                    global_layers=tuple(b.attention.is_global for b in graph.layers), qisa=qisa,
-                   bf16=bf16, attn_bf16=attn_bf16)
+                   bf16=bf16, attn_bf16=attn_bf16, mix=tuple(mix))
 
     def as_dict(self) -> Dict[str, object]:
         """The spec as the Cython boundary reads it."""
@@ -105,6 +113,8 @@ class CpuSpec:
         }
         if self.qisa is not None:
             out["qisa"] = self.qisa
+        if self.mix:
+            out["layer_prec"] = list(self.mix)
         return out
 
 
@@ -115,11 +125,11 @@ def cache_dir() -> str:
 
 
 def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
-             block_pack: Optional[Callable[..., np.ndarray]] = None) -> Entries:
+             block_packs: Optional[List[Callable[..., np.ndarray]]] = None) -> Entries:
     """(name, producer) for every array of the blob, producers called one at a time so the
-    FP32 copies of the whole checkpoint never sit in memory together. With `block_pack`, the
-    encoder and decision-head GEMM weights are packed by it (INT8 or BF16); the scorer and act
-    head stay FP32.
+    FP32 copies of the whole checkpoint never sit in memory together. With `block_packs` (one
+    packer per layer, the encoder's then the decision head's), each layer's GEMM weights are
+    packed by its own (INT8, BF16 or FP32); the scorer and act head stay FP32.
 
     Entry names are the C model's fields (`forward.h`): `enc.{i}.` and `head.{j}.` followed by a
     block's slot (kime.graph.Block), `.w`/`.b` for a norm's weight and bias, `.b` for a bias."""
@@ -138,23 +148,23 @@ def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],
         out.append((name, lambda: packer(w.fresh(part.weight), geglu=part.geglu)))
         vector(name + ".b", part.bias)
 
-    def block(prefix: str, layer: Block) -> None:
+    def block(prefix: str, layer: Block, index: int) -> None:
         for slot, part in layer.parts():
             if isinstance(part, Norm):
                 norm(prefix + slot, part)
             else:
-                matrix(prefix + slot, part, block_pack or pack)
+                matrix(prefix + slot, part, block_packs[index] if block_packs else pack)
 
     out.append(("tok_emb", lambda: w.raw(graph.embedding).view(np.uint16)))
     norm("emb_norm", graph.emb_norm)
     norm("final_norm", graph.final_norm)
     for i, layer in enumerate(graph.layers):
-        block("enc.%d." % i, layer)
+        block("enc.%d." % i, layer, i)
     for name in ROPE_ENTRIES:
         out.append((name, functools.partial(_rope_entry, graph, name)))
     vector("type_emb", graph.type_emb)
     for j, layer in enumerate(graph.head):
-        block("head.%d." % j, layer)
+        block("head.%d." % j, layer, len(graph.layers) + j)
     scorer, act = graph.scorer, graph.act
     norm("scorer.norm", scorer.norm)
     matrix("scorer.1", scorer.hidden, pack)
@@ -204,13 +214,14 @@ def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
          qimpl: Optional[str] = None, compiled: Optional[str] = None) -> str:
     """The cache key. An INT8 pack is valid only for the kernel set (`qimpl`, qgemm's impl name)
     that made it, and the ISA alone does not fix that (the CPU's VNNI flavours and KIME_QGEMM
-    choose between avx2, avxvnni and vnni512), so INT8 keys name it. `compiled` is the build's
+    choose between avx2, avxvnni and vnni512), so a key with INT8 layers names it. A mixed
+    model's `precision` is `mixed.<digest of its layers' precisions>`. `compiled` is the build's
     source digest (`_forward.source_digest()` when not given)."""
     if compiled is None:
         from . import _forward
 
         compiled = _forward.source_digest()
-    if precision == "int8":
+    if precision == "int8" or (precision.startswith("mixed") and qimpl):
         if not qimpl:
             raise ValueError("an INT8 cache key needs the qgemm kernel set it was packed for")
         precision += "-" + qimpl
@@ -312,25 +323,46 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
                 use_cache: bool = True,
                 qpack: Optional[Callable[..., np.ndarray]] = None,
                 qisa: Optional[int] = None,
-                bpack: Optional[Callable[..., np.ndarray]] = None) -> Packed:
+                bpack: Optional[Callable[..., np.ndarray]] = None,
+                mix: Sequence[str] = ()) -> Packed:
     """The blob for `ck` on `isa`, mapped from the cache or packed now (and cached). With
     `qpack` the GEMM weights are INT8, packed for `qisa`: the isa with its qgemm kernel set
     pinned (`_qgemm.pin`), which names the cache file too. With `bpack` (`_bgemm.pack`) they
-    are BF16, cached under their own key, beside the FP32 and INT8 blobs."""
+    are BF16, cached under their own key, beside the FP32 and INT8 blobs. With `mix` (a
+    precision per layer, the encoder's then the decision head's) each layer is packed as it
+    names, by `qpack` or `bpack` where it names INT8 or BF16, under a key of that mix."""
     qimpl = None
-    block_pack: Optional[Callable[..., np.ndarray]] = None
-    if qpack is not None and bpack is not None:
-        raise ValueError("the GEMM weights are packed as INT8 or as BF16, not both")
+    int8_pack: Optional[Callable[..., np.ndarray]] = None
     if qpack is not None:
         from . import _qgemm
 
         if qisa is None:
             raise ValueError("INT8 weights are packed for a pinned qgemm kernel set (qisa)")
         qimpl = _qgemm.impl_name(qisa)
-        block_pack = functools.partial(qpack, isa=qisa)
-    elif bpack is not None:
-        block_pack = bpack
-    precision = "int8" if qpack is not None else "bf16" if bpack is not None else "f32"
+        int8_pack = functools.partial(qpack, isa=qisa)
+
+    def fp32_pack(w: np.ndarray, geglu: bool = False) -> np.ndarray:
+        return pack(w, isa=isa, geglu=geglu)
+
+    packers: Dict[str, Callable[..., np.ndarray]] = {"f32": fp32_pack}
+    if int8_pack is not None:
+        packers["int8"] = int8_pack
+    if bpack is not None:
+        packers["bf16"] = bpack
+    n_layers = len(ck.graph.layers) + len(ck.graph.head)
+    if mix:
+        if len(mix) != n_layers or any(p not in packers for p in mix):
+            raise ValueError("a mixed pack needs a precision per layer (%d) and the packer of "
+                             "each, got %r" % (n_layers, list(mix)))
+        precision = "mixed.%s" % hashlib.sha256(",".join(mix).encode()).hexdigest()[:12]
+        qimpl = qimpl if "int8" in mix else None
+        layers = list(mix)
+    else:
+        if qpack is not None and bpack is not None:
+            raise ValueError("the GEMM weights are packed as INT8 or as BF16, not both")
+        precision = "int8" if qpack is not None else "bf16" if bpack is not None else "f32"
+        layers = [precision] * n_layers
+    block_packs = [packers[p] for p in layers]
     key = _key(ck, isa_name, precision, qimpl)
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
@@ -342,7 +374,7 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
             arrays = None
         if arrays is not None:
             return Packed(arrays, "cache", path)
-    entries = _entries(ck, lambda w, geglu=False: pack(w, isa=isa, geglu=geglu), block_pack)
+    entries = _entries(ck, fp32_pack, block_packs)
     if use_cache:
         try:
             _write(path, key, entries)

@@ -307,14 +307,14 @@ static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
     kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, embed_task, &j);
 }
 
-/* An encoder or decision-head linear layer: INT8 or BF16 when the model is, FP32 otherwise. */
-static void linear(const kime_model *m, const kime_arena *a, const float *A, int lda, int M, int K,
-                   int N, const float *W, const float *bias, int epi, float *C, int ldc,
-                   int nthreads) {
-    if (m->int8)
+/* An encoder or decision-head linear layer, in its layer's precision (L->prec). */
+static void linear(const kime_model *m, const kime_arena *a, const kime_layer *L, const float *A,
+                   int lda, int M, int K, int N, const float *W, const float *bias, int epi,
+                   float *C, int ldc, int nthreads) {
+    if (L->prec == KIME_PREC_INT8)
         kime_qgemm(m->qisa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->qgemm_scratch,
                    nthreads);
-    else if (m->bf16)
+    else if (L->prec == KIME_PREC_BF16)
         kime_bgemm(A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->bgemm_scratch,
                    nthreads);
     else
@@ -330,16 +330,16 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
         kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, m->norm_eps, nthreads);
         in = a->h;
     }
-    linear(m, a, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
+    linear(m, a, L, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
     kime_rope(a->qkv, n, cu, rows, m->heads, hd, L->is_global ? m->cos_global : m->cos_local,
               L->is_global ? m->sin_global : m->sin_local, pos, nthreads);
     kime_attention(L->attn, a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window,
                    pos, opt, a->attn, d, a->attn_scratch, nthreads);
-    linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
+    linear(m, a, L, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
-    linear(m, a, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,
+    linear(m, a, L, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,
            nthreads);
-    linear(m, a, a->ffn, m->inter, n, m->inter, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
+    linear(m, a, L, a->ffn, m->inter, n, m->inter, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
            nthreads);
 }
 
@@ -348,13 +348,15 @@ static void head_layer(const kime_model *m, const kime_arena *a, const kime_laye
                        const int32_t *cu, int rows, int n, int nthreads) {
     int d = m->d;
     kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
-    linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
+    linear(m, a, L, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d,
+           nthreads);
     kime_attention(L->attn, a->qkv, cu, rows, m->head_heads, d / m->head_heads, -1, NULL, NULL,
                    a->attn, d, a->attn_scratch, nthreads);
-    linear(m, a, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
+    linear(m, a, L, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
-    linear(m, a, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
-    linear(m, a, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d, nthreads);
+    linear(m, a, L, a->h, d, n, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
+    linear(m, a, L, a->ffn, 4 * d, n, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, a->x, d,
+           nthreads);
 }
 
 /* The decision head's last layer, for the tokens read after it only: each row's first token (the
@@ -371,7 +373,8 @@ static void head_layer_last(const kime_model *m, const kime_arena *a, const kime
     int32_t *qcu = a->qcu;
     float *qc = a->ffn; /* the kept rows' queries: free until the feed-forward block */
     kime_layer_norm(a->x, a->h, n, d, L->norm_w, L->norm_b, HEAD_EPS, nthreads);
-    linear(m, a, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
+    linear(m, a, L, a->h, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d,
+           nthreads);
     for (int r = 0; r <= rows; r++)
         qcu[r] = r + mcu[r];
     for (int r = 0; r < rows; r++)
@@ -383,10 +386,11 @@ static void head_layer_last(const kime_model *m, const kime_arena *a, const kime
     const int nq = qcu[rows];
     kime_attention_some(L->attn, qc, d, qcu, a->qkv, cu, rows, m->head_heads, d / m->head_heads,
                         a->attn, d, a->attn_scratch, nthreads);
-    linear(m, a, a->attn, d, nq, d, d, L->out, L->out_b, KIME_EPI_ACCUM, xc, d, nthreads);
+    linear(m, a, L, a->attn, d, nq, d, d, L->out, L->out_b, KIME_EPI_ACCUM, xc, d, nthreads);
     kime_layer_norm(xc, a->h, nq, d, L->norm2_w, L->norm2_b, HEAD_EPS, nthreads);
-    linear(m, a, a->h, d, nq, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
-    linear(m, a, a->ffn, 4 * d, nq, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, xc, d, nthreads);
+    linear(m, a, L, a->h, d, nq, d, 4 * d, L->up, L->up_b, KIME_EPI_RELU, a->ffn, 4 * d, nthreads);
+    linear(m, a, L, a->ffn, 4 * d, nq, 4 * d, d, L->down, L->down_b, KIME_EPI_ACCUM, xc, d,
+           nthreads);
 }
 
 void kime_act_features(const float *logits, int k, float *out) {

@@ -13,6 +13,11 @@
 #define KIME_MAX_LAYERS 64
 #define KIME_ACT_HIDDEN 256 /* graph.ACT_HIDDEN: Linear(d + 4, 256) -> GELU -> Linear(256, n_act) */
 
+/* A layer's GEMM precision (kime_layer.prec): how its weights are packed, which kernel runs them */
+#define KIME_PREC_F32 0
+#define KIME_PREC_INT8 1 /* qgemm.h, called with the model's qisa */
+#define KIME_PREC_BF16 2 /* bgemm.h */
+
 typedef struct {
     const float *norm_w, *norm_b; /* pre-norm (NULL norm_w: identity, layer 0 of the encoder) */
     const float *qkv, *qkv_b;     /* packed [3d, d] (int8: qgemm's bytes; bf16: bgemm's) */
@@ -22,13 +27,16 @@ typedef struct {
     const float *down, *down_b;   /* encoder: Wo [d, I]; head: linear2 [d, 4d] */
     int is_global;
     int attn; /* its attention's products: kernels.h's KIME_ATTN_F32 or KIME_ATTN_BF16 */
+    int prec; /* KIME_PREC_*: the same in every layer of a uniform model; the gate's choice
+               * (kime gate --mixed) layer by layer in a mixed one */
 } kime_layer;
 
 typedef struct {
     int isa;
-    int int8; /* encoder and decision-head weights are INT8 (qgemm.h); scorer and act head FP32 */
+    int int8; /* every encoder and decision-head layer is INT8 (qgemm.h); scorer, act head FP32 */
     int qisa; /* what the INT8 GEMMs are called with: the isa with its qgemm impl pinned */
-    int bf16; /* encoder and decision-head weights are BF16 (bgemm.h); scorer and act head FP32 */
+    int bf16; /* every encoder and decision-head layer is BF16 (bgemm.h); scorer and act head
+               * FP32. Neither flag in a mixed model: each layer's prec says what it runs. */
     int d, vocab, layers, heads, inter, half_window;
     float norm_eps;
     const uint16_t *tok_emb;      /* [vocab, d] FP16 bits: gathered and widened per token */
@@ -52,8 +60,8 @@ typedef struct {
     float *act_in, *act_h;             /* [R,d+4] [R,256] */
     int32_t *qcu;                      /* [R+1]: the decision head's last layer's row offsets */
     float *gemm_scratch, *attn_scratch;
-    void *qgemm_scratch;               /* NULL unless the model is int8 */
-    void *bgemm_scratch;               /* unused unless the model is bf16 */
+    void *qgemm_scratch;               /* unused unless a layer is INT8 */
+    void *bgemm_scratch;               /* unused unless a layer is BF16 */
 } kime_arena;
 
 /* Runs the batch; returns 0, or a negative code when the batch does not fit the arena or holds
