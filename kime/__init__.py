@@ -19,6 +19,7 @@ from .errors import (BadDeviceOrdinal, BadOption, CheckpointError, CheckpointFil
                      KimeError, ModelNotFound, NoGpu, NonFiniteLogits, TokenizerError, TooLong,
                      Unsupported)
 from .precision_gate import GateReport, gate
+from .mixed_precision import MixedReport, mixed_gate
 from .laya import (DEFAULT_MODELS, Agent, AsyncHook, BaseHook, Hook, PredictContext, PredictHook,
                    RLAgent, RouteDecision, Router, load)
 from ._version import __version__
@@ -146,8 +147,10 @@ __all__ = [
     "CudaSelfCheckFailed", "CudaUnavailable", "Device", "Precision",
     "CupyMissing", "NoGpu", "CheckpointError", "CheckpointFileMissing", "GateReport",
     "InvalidArgument",
-    "InvalidRequest", "Kime", "KimeError", "Memory", "ModelNotFound", "NonFiniteLogits", "Request",
+    "InvalidRequest", "Kime", "KimeError", "Memory", "MixedReport", "ModelNotFound",
+    "NonFiniteLogits", "Request",
     "Response", "Timing", "TokenizerError", "TooLong", "Unsupported", "Usage", "gate", "load",
+    "mixed_gate",
     "__version__",
 ]
 if _langchain_installed():

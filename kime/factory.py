@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, NamedTuple, Optional, Sequence, Union
 
 from . import gpu_check
 from .backend import CPU_ONLY, Backend, Device, Precision, cpu_count, parse_threads
@@ -170,6 +170,23 @@ def _open_cpu(ck: Checkpoint, precision: Precision, threads: int, preload: bool 
         layers = read_choice(ck.path, len(ck.graph.layers), len(ck.graph.head)).layers
     return CpuBackend(ck, n_threads, precision=precision, preload=preload, use_cache=use_cache,
                       layers=layers)
+
+
+def open_layers(ck: Checkpoint, threads: int, layers: Sequence[str]) -> Backend:
+    """The compiled CPU backend with each layer's GEMMs in the precision `layers` names (the
+    encoder's, then the decision head's), packed in memory and not cached: a mix the gate tries
+    (`kime.mixed_precision`), which may never be loaded again."""
+    from ._cpu.backend import CpuBackend
+
+    return CpuBackend(ck, threads or cpu_count(), precision=Precision.MIXED, layers=layers,
+                      use_cache=False)
+
+
+def bf16_missing() -> Optional[str]:
+    """Why BF16 cannot run here, in words, or None when it can (`kime._cpu.backend`)."""
+    from ._cpu.backend import bf16_missing as why
+
+    return why()
 
 
 def backend_report() -> dict[str, dict[str, object]]:

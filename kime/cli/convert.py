@@ -49,5 +49,6 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     c.add_argument("--device", default="cpu", help="cpu (default) or auto")
     c.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     c.add_argument("--precision", default="auto", help="auto (default: f32 on the CPU), f32, "
-                   "int8 or bf16: which packed weights to build")
+                   "int8, bf16 or mixed (the `kime gate --mixed` choice): which packed weights "
+                   "to build")
     c.set_defaults(run=_convert)

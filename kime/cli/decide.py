@@ -200,8 +200,8 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    "(required without --batch)")
     d.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     d.add_argument("--precision", default="auto", help="auto (default: f16 on a GPU, f32 on the "
-                   "CPU), f16, f32, int8 or bf16 (CPU with AVX512_BF16, or FEAT_BF16 on "
-                   "aarch64)")
+                   "CPU), f16, f32, int8, bf16 (CPU with AVX512_BF16, or FEAT_BF16 on "
+                   "aarch64) or mixed (after `kime gate --mixed`)")
     d.add_argument("--threads", type=int, default=0, help="CPU threads (0: every core)")
     d.add_argument("--max-len", type=int, default=None, help="override the checkpoint's max_len")
     d.add_argument("--head-max-len", type=int, default=None, help="override head_max_len")

@@ -69,8 +69,8 @@ def _engine_arguments(p: argparse.ArgumentParser) -> None:
                    "for the local engine (0: every core; Ray: the node's cores / actors)")
     p.add_argument("--batch-size", type=int, default=256, help="rows per chunk: written, fsynced "
                    "and sent to an actor together (default 256)")
-    p.add_argument("--precision", default=None, help="auto (default), f32, int8 or bf16 on the "
-                   "CPU, f16 or f32 on a GPU")
+    p.add_argument("--precision", default=None, help="auto (default), f32, int8, bf16 or mixed "
+                   "(after `kime gate --mixed`) on the CPU, f16 or f32 on a GPU")
     p.add_argument("--calibration", default=None, help="a calibration file to answer with")
     p.add_argument("--questions", "-q", default=None, help="JSON file {id: question}: the "
                    "questions for rows that bring none")

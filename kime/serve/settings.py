@@ -216,8 +216,8 @@ class Settings(BaseModel):
                     Source("bind port", env=("KIME_PORT", "LAYA_PORT"))] = 8000
     device: Annotated[str, Source("auto, cpu, cuda or cuda:N",
                                   env=("KIME_DEVICE", "LAYA_DEVICE"))] = "auto"
-    precision: Annotated[str, Source("auto (f16 on a GPU, f32 on the CPU), f16, f32, int8 or bf16",
-                                     env=("KIME_PRECISION",))] = "auto"
+    precision: Annotated[str, Source("auto (f16 on a GPU, f32 on the CPU), f16, f32, int8, bf16 "
+                                     "or mixed", env=("KIME_PRECISION",))] = "auto"
     threads: Annotated[Count, Source("CPU threads, 0: every core",
                                      env=("KIME_THREADS", "LAYA_THREADS"))] = 0
     api_key_file: Annotated[Optional[str], Source(
