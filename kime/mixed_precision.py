@@ -9,13 +9,13 @@ running each layer in the lowest precision that holds them: INT8, else BF16, els
 The search runs the request set once in FP32, then as many mixes as it needs, each a complete
 forward pass over every request (a mix is packed in memory, never written to the packed cache).
 A mix passes when, on every question type, at least `threshold` of the questions keep FP32's
-argmax, and no probability of any answer moves further from FP32's than the precision
-contract allows (docs/precision.md): `int8_deviation` when a layer runs INT8, else
-`bf16_deviation`. The layers are tried as a group, and a group that fails is halved (adaptive
-group testing): with d sensitive layers among L it takes about 2d log2(L / d) passes, one when
-every layer holds. Every layer's INT8 is tried first, then BF16 for the layers INT8 left in
-FP32, with the INT8 choice in place; what neither holds stays FP32. Every mix it keeps was
-itself run and passed, so the choice it returns has been measured whole.
+argmax, and no probability of any answer (an option's, or the act probability) moves further
+from FP32's than the precision contract allows (docs/precision.md): `int8_deviation` when a
+layer runs INT8, else `bf16_deviation`. The layers are tried as a group, and a group that fails
+is halved (adaptive group testing): with d sensitive layers among L it takes about 2d log2(L/d)
+passes, one when every layer holds. Every layer's INT8 is tried first, then BF16 for the layers
+INT8 left in FP32, with the INT8 choice in place; what neither holds stays FP32. Every mix it
+keeps was itself run and passed, so the choice it returns has been measured whole.
 
 The choice is written for `precision="mixed"` to load (`kime.layer_choice`): beside the
 checkpoint, or in kime's cache where that directory is not writable.
@@ -228,7 +228,10 @@ def mixed_gate(model: str, requests: Optional[Sequence[Mapping[str, Any]]] = Non
             cmp = compare(reqs, f32, got, "mixed")
             by_type = {t: s for t, s in cmp["by_type"].items() if s.questions}
             bound = int8_deviation if "int8" in layers else bf16_deviation
-            worst = max((s.max_prob_diff for s in by_type.values()), default=0.0)
+            # every probability Laya returns: the options' and the act probability
+            acts = [abs(float(a.answers[q].act_probability) - float(b.answers[q].act_probability))
+                    for a, b in zip(f32, got) for q in a.answers]
+            worst = max([s.max_prob_diff for s in by_type.values()] + acts, default=0.0)
             agreement = {t: s.agreement for t, s in by_type.items()}
             trial = Trial(layers, what, agreement,
                           sum(s.questions - s.agree for s in by_type.values()), worst, bound,
