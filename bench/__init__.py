@@ -7,9 +7,9 @@ process; the bench also drops them itself, restarting once, if they are set):
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench --shape base --quick
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python -m bench --shape tiny --out tiny.json
 
-Options: `--shape` (tiny, multilingual-tiny, base, large), `--precision f32` (int8, bf16, or
-several side by side: f32,bf16), `--threads 0` (kime's threads; 0 = every core), `--peers
-auto|none`, `--peer-python PATH`,
+Options: `--shape` (tiny, multilingual-tiny, base, large), `--precision f32` (int8, bf16, mixed,
+or several side by side: f32,bf16), `--threads 0` (kime's threads; 0 = every core), `--peers
+auto|none`, `--peer-python PATH`, `--openvino auto|on|off`,
 `--peer-threads 1,2`, `--repeat N`, `--budget S`, `--quick`, `--workloads W1,W3`,
 `--no-startup`, `--cache-dir DIR`, `--out report.json`. `--quick` is a smoke run: W1-W3 only, one
 timed run each, peers at every core only, one startup run. Exit status 1 when a problem is listed
@@ -33,7 +33,12 @@ What it does:
    `bench/peers.py`): Laya's torch `Agent` at 1 and all threads, and Laya's `ONNXAgent` under
    ONNX Runtime at 1 and all threads, the best of each reported. They run in a side process
    (`bench/peer_worker.py`, JSON over stdin/stdout; torch never enters kime's process). The
-   checkpoint is exported to ONNX once (cached next to it). Runs are interleaved (kime W1,
+   checkpoint is exported to ONNX once (cached next to it). Where the peer interpreter has
+   `openvino` and `nncf` (`PEER_PYTHON -m pip install openvino nncf`), the same `ONNXAgent` also
+   runs the export on OpenVINO at each precision timed (`bench/peer_openvino.py`: latency
+   settings, FP32 or BF16 by its precision hint, INT8 from NNCF's SmoothQuant calibrated on
+   single rows of the workloads), and ONNX Runtime on its `quantize_dynamic` INT8 when kime runs
+   int8. Runs are interleaved (kime W1,
    torch W1, onnx W1, kime W1, ...; the order rotated each round) so machine noise hits all
    alike, and every peer's answers are compared with kime's: on W1 the same choice and every
    probability within 1e-3, or the run is flagged.
@@ -45,6 +50,11 @@ What it does:
    report at least the bench's own RSS. ru_maxrss is the fallback where /proc is missing.
 6. Prints a table per workload, a summary, startup and memory to stdout (progress goes to
    stderr) and, with `--out`, the whole report with every sample as JSON.
+
+`python -m bench.table` (`bench/table.py`) is the peers table in one run: kime, ONNX Runtime
+and OpenVINO at every precision, W1 and W3 quiet and W1 beside a process spinning on one core,
+p50 / p90. `python -m bench.busy` is W1 against ONNX Runtime quiet, back to back and beside a
+spinner, with the CPU each call ran.
 
 The GEMM and attention micro-benchmarks (`bench/gemm.py`, `bench/qgemm.py`, `bench/bgemm.py`,
 `bench/attention.py`) and the reference forward's own timer (`bench/reference.py`) are separate

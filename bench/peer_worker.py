@@ -20,8 +20,15 @@ stdout carries only replies. Requests (`op`):
 - `quantize_onnx` {onnx, out}: `onnxruntime.quantization.quantize_dynamic` with its defaults
   (INT8 weights, dynamic uint8 activations) on the exported graph, unless `out` and its stamp
   already match it; what a user who wants INT8 without kime would do.
-- `run` {engine: torch|onnx|onnx-int8, threads, workload, result}: one timed call; replies
-  `seconds` and, when `result` is true, what the call returned.
+- `load_openvino` {path, export, graph, threads: [..], precision: f32|bf16, name}: the graph
+  (the ONNX export, or NNCF's INT8 IR) compiled by OpenVINO for each thread count with the latency
+  settings of `peer_openvino.py`, behind ONNXAgent as `name` (openvino, openvino-bf16,
+  openvino-int8); replies what the compiled models report.
+- `quantize_openvino` {onnx, out, workloads: [names]}: NNCF INT8 of the export (cached at
+  `out`, OpenVINO IR), calibrated on every row of the named workloads, one row at a time.
+- `memory`: this process's RSS now and at its peak (`rss_kb`, `peak_kb`).
+- `run` {engine: torch|onnx|onnx-int8|openvino|..., threads, workload, result}: one timed
+  call; replies `seconds` and, when `result` is true, what the call returned.
 - `quit`.
 
 Laya ships no ONNX exporter for these checkpoints (`ONNXAgent` says "run export_onnx.py first"),
@@ -33,9 +40,11 @@ exporter's shapes dynamic, and on this model the dynamo exporter's graph ran abo
 under ONNX Runtime. The trace input has a padded row, so the graph keeps the masked path.
 
 Also runnable as a probe for startup time and memory, in a fresh process:
-`PEER_PYTHON bench/peer_worker.py --probe torch|onnx --path CKPT [--onnx FILE] [--first W1.json]
-[--then W3.json]` prints one JSON line: `import_s`, `load_s`, `rss_load_kb`, `first_s` (the first
-call, `--first`) and `rss_peak_kb` (peak RSS after `--then` runs too).
+`PEER_PYTHON bench/peer_worker.py --probe torch|onnx|openvino --path CKPT [--onnx FILE]
+[--export FILE] [--ov-precision f32|bf16] [--first W1.json] [--then W3.json]` prints one JSON
+line: `import_s`, `load_s`, `rss_load_kb`, `first_s` (the first call, `--first`) and
+`rss_peak_kb` (peak RSS after `--then` runs too). For openvino, `--onnx` is the graph compiled
+(the export or NNCF's IR) and `--export` the FP32 export ONNXAgent is made on.
 """
 from __future__ import annotations
 
@@ -67,17 +76,21 @@ def _versions():
             out[key] = None
         except Exception as e:  # reported, not raised: the bench runs what it can
             out[key] = "%s: %s" % (type(e).__name__, e)
+    import peer_openvino
+
+    out.update(peer_openvino.versions())
     return out
 
 
-def _rss_kb():
-    """Peak RSS of this process in KiB: VmHWM, the high-water mark of this process's own memory
-    map. Not `getrusage`'s ru_maxrss, which a child inherits from the process that started it
-    (it survives fork and exec), so a probe started by a big bench would report the bench."""
+def _rss_kb(current=False):
+    """Peak RSS of this process in KiB (its RSS now with `current`): VmHWM, the high-water mark
+    of this process's own memory map. Not `getrusage`'s ru_maxrss, which a child inherits from
+    the process that started it (it survives fork and exec), so a probe started by a big bench
+    would report the bench."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith("VmRSS:" if current else "VmHWM:"):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -236,9 +249,20 @@ class Worker:
                 "threads": torch.get_num_threads()}
 
     def export_onnx(self, req):
-        if self.torch_agent is None:
+        """The export, checked against torch; a torch Agent loaded only for it is dropped after
+        (on `large` it holds gigabytes the ONNX Runtime and OpenVINO runs need)."""
+        borrowed = self.torch_agent is None
+        if borrowed:
             self.load_torch(req)
-        return export_onnx(self.torch_agent.model.eval(), req["path"], req["out"])
+        try:
+            return export_onnx(self.torch_agent.model.eval(), req["path"], req["out"])
+        finally:
+            if borrowed:
+                self.torch_agent = None
+                gc.collect()
+
+    def memory(self, req):
+        return {"rss_kb": _rss_kb(current=True), "peak_kb": _rss_kb()}
 
     def load_onnx(self, req):
         from laya.onnx_agent import ONNXAgent  # type: ignore[import-not-found]
@@ -260,6 +284,46 @@ class Worker:
     def quantize_onnx(self, req):
         return quantize_onnx(req["onnx"], req["out"])
 
+    def _agent(self, path, onnx):
+        """The ONNXAgent every graph runs behind (made on the FP32 export if none is yet)."""
+        if self.onnx_agent is None:
+            from laya.onnx_agent import ONNXAgent  # type: ignore[import-not-found]
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.onnx_agent = ONNXAgent(path, onnx_path=onnx)
+            self.onnx_agent.session = None
+        return self.onnx_agent
+
+    def load_openvino(self, req):
+        import peer_openvino
+
+        self._agent(req["path"], req.get("export") or req["graph"])
+        t0 = time.perf_counter()
+        sessions, seen = {}, {}
+        for t in req.get("threads") or [0]:
+            sessions[int(t)], seen[int(t)] = peer_openvino.compile_session(
+                req["graph"], int(t), req.get("precision") or "f32")
+        self.sessions[req["name"]] = sessions
+        return {"seconds": time.perf_counter() - t0, "compiled": seen}
+
+    def quantize_openvino(self, req):
+        import peer_openvino
+
+        agent = self._agent(req["path"], req["onnx"])
+        (inner,) = _ort_sessions(req["onnx"], [0]).values()
+        recorder = peer_openvino.Recorder(inner)
+        agent.session = recorder
+        try:
+            for name in req["workloads"]:
+                _call(agent, self.workloads[name])
+        finally:
+            agent.session = None
+        rows = peer_openvino.single_rows(recorder.feeds)
+        del inner, recorder
+        gc.collect()
+        return peer_openvino.quantize(req["onnx"], req["out"], rows)
+
     def set_workloads(self, req):
         self.workloads.update(req["items"])
         return {"names": sorted(self.workloads)}
@@ -275,6 +339,8 @@ class Worker:
                 torch.set_num_threads(threads)
         elif req["engine"] in self.sessions:
             agent = self.onnx_agent
+            if agent is None:
+                raise ValueError("no ONNXAgent to run %r behind" % req["engine"])
             agent.session = self.sessions[req["engine"]][threads]
         else:
             raise ValueError("unknown engine %r" % (req["engine"],))
@@ -293,7 +359,9 @@ def serve():
     worker = Worker()
     ops = {"hello": worker.hello, "load_torch": worker.load_torch,
            "export_onnx": worker.export_onnx, "load_onnx": worker.load_onnx,
-           "quantize_onnx": worker.quantize_onnx, "workloads": worker.set_workloads,
+           "quantize_onnx": worker.quantize_onnx, "load_openvino": worker.load_openvino,
+           "quantize_openvino": worker.quantize_openvino, "workloads": worker.set_workloads,
+           "memory": worker.memory,
            "run": worker.run}
     for line in sys.stdin:
         if not line.strip():
@@ -316,18 +384,24 @@ def probe(argv):
     import argparse
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--probe", choices=["torch", "onnx"], required=True)
+    ap.add_argument("--probe", choices=["torch", "onnx", "openvino"], required=True)
     ap.add_argument("--path", required=True)
     ap.add_argument("--onnx")
     ap.add_argument("--first", help="a JSON workload {kind, states, questions} to time once")
     ap.add_argument("--then", help="a JSON workload to run after it, for the peak RSS")
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--ov-precision", default="f32", choices=["f32", "bf16"])
+    ap.add_argument("--export", help="openvino: the FP32 ONNX export ONNXAgent is made on")
     args = ap.parse_args(argv)
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
     if args.probe == "torch":
         import torch  # type: ignore[import-not-found]
         from laya.agent import Agent  # type: ignore[import-not-found]
+    elif args.probe == "openvino":
+        import openvino  # type: ignore[import-not-found]  # noqa: F401  (what its user imports)
+        import peer_openvino
+        from laya.onnx_agent import ONNXAgent  # type: ignore[import-not-found]
     else:
         import onnxruntime  # type: ignore[import-not-found]  # noqa: F401  (what a user of ONNXAgent imports)
         from laya.onnx_agent import ONNXAgent  # type: ignore[import-not-found]
@@ -336,6 +410,10 @@ def probe(argv):
         agent = Agent(args.path, device="cpu")
         if args.threads:
             torch.set_num_threads(args.threads)
+    elif args.probe == "openvino":
+        agent = ONNXAgent(args.path, onnx_path=args.export or args.onnx)
+        agent.session = peer_openvino.compile_session(args.onnx, args.threads,
+                                                      args.ov_precision)[0]
     else:
         agent = ONNXAgent(args.path, onnx_path=args.onnx)
         if args.threads:

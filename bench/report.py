@@ -5,7 +5,8 @@ import json
 import sys
 from typing import Any, Callable, Dict, List, Optional
 
-FAMILIES = ("kime", "kime-int8", "kime-bf16", "kime-f16", "torch", "onnx", "onnx-int8")
+FAMILIES = ("kime", "kime-int8", "kime-bf16", "kime-mixed", "kime-f16", "torch", "onnx",
+            "onnx-int8", "openvino", "openvino-bf16", "openvino-int8")
 """Every engine family the bench knows, in the order tables list them."""
 
 
@@ -15,17 +16,26 @@ def _families(present: Any) -> List[str]:
 
 def _ratio_columns(families: List[str]) -> List[tuple]:
     """(base, family) pairs the summary shows as `family p50 / base p50`: kime against the
-    float peers; a second kime precision against kime and every peer."""
+    float peers; a second kime precision against kime and the peers at its precision (INT8
+    against ONNX Runtime's and OpenVINO's INT8, BF16 against OpenVINO's BF16); kime's mixed
+    precision against kime's other precisions and every INT8 and BF16 peer."""
+    low = ("int8", "bf16")
     out = []
     for base in families:
         if not base.startswith("kime"):
             continue
+        own = base.partition("-")[2]
         for fam in families:
             if fam == base:
                 continue
-            if base == "kime" and not fam.startswith("kime") and not fam.endswith("int8"):
-                out.append((base, fam))
-            elif base != "kime" and (fam == "kime" or not fam.startswith("kime")):
+            peer = not fam.startswith("kime")
+            if base == "kime":
+                keep = peer and not fam.endswith(low)
+            elif own == "mixed":
+                keep = not peer or fam.endswith(low)
+            else:
+                keep = fam == "kime" or (peer and fam.endswith(own))
+            if keep:
                 out.append((base, fam))
     return out
 
@@ -90,6 +100,13 @@ def _versions_line(report: Dict[str, Any]) -> List[str]:
     if "onnx-int8" in peers:
         lines.append("  onnx-int8 the same graph through %s; ONNXAgent on it%s"
                      % (peers["onnx-int8"].get("quantizer"), tdesc))
+    for fam in ("openvino", "openvino-bf16", "openvino-int8"):
+        if fam in peers:
+            seen = next(iter((peers[fam].get("compiled") or {}).values()), {})
+            lines.append("  %-8s openvino %s%s, %s; %s; ONNXAgent on it" % (
+                fam, vers.get("openvino"),
+                ", " + peers[fam]["quantizer"] if "quantizer" in peers[fam] else " on the export",
+                ", ".join("%s=%s" % kv for kv in seen.items()), tdesc.lstrip(", ")))
     if "torch" not in peers and "onnx" not in peers:
         lines.append("  peers    none (%s)" % (peers.get("found") or "--peers none"))
     if blas:

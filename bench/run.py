@@ -24,7 +24,13 @@ from .stats import compare_results, summarize, w1_agrees
 from .workloads import WORKLOAD_NAMES, Workload, build_workloads, cached_checkpoint
 
 W1_TOLERANCE = 1e-3
-REDUCED = ("int8", "bf16")  # kime's reduced CPU precisions, each timed beside FP32
+REDUCED = ("int8", "bf16", "mixed")  # kime's reduced CPU precisions, each timed beside FP32
+# OpenVINO's engine at each precision kime runs: FP32 and BF16 by its precision hint on the
+# export, INT8 by NNCF's quantization of it (bench/peer_openvino.py).
+OPENVINO = {"f32": "openvino", "bf16": "openvino-bf16", "int8": "openvino-int8"}
+# OpenVINO INT8's calibration: every row of these workloads, one row at a time, whichever
+# workloads a run times (so `bench` and `bench.table` quantize the same graph).
+CALIBRATION = ("W1", "W2", "W3")
 GAP_S = 0.05  # idle time before each timed call, so one engine's spinning threads settle
 BUSY_CORES = 0.25  # other processes' load above which a workload's numbers are marked noisy
 
@@ -45,11 +51,16 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                          "multilingual-tiny, base, large); default base")
     ap.add_argument("--precision", default="f32",
                     help="kime precision, or several comma-separated to time side by side in one "
-                         "run (f32, int8, bf16; e.g. f32,bf16); the first is the one peers are "
-                         "compared with; default f32")
+                         "run (f32, int8, bf16, mixed: the checkpoint's `kime gate --mixed` "
+                         "choice; e.g. f32,bf16); the first is the one peers are compared with; "
+                         "default f32")
     ap.add_argument("--onnx-int8", choices=["auto", "on", "off"], default="auto",
                     help="also time ONNX Runtime on the export quantized with onnxruntime's "
                          "quantize_dynamic: auto (when kime runs int8), on, off")
+    ap.add_argument("--openvino", choices=["auto", "on", "off"], default="auto",
+                    help="also time OpenVINO on the export at each precision timed (f32 and bf16 "
+                         "by its precision hint, int8 from NNCF), when the peer interpreter has "
+                         "openvino and nncf: auto (default), on (a problem when it has not), off")
     ap.add_argument("--threads", type=int, default=0, help="kime threads; 0 = every core (default)")
     ap.add_argument("--peers", choices=["auto", "onnx", "none"], default="auto",
                     help="auto: run Laya's Agent and ONNXAgent when laya is importable here or "
@@ -93,7 +104,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for p in args.precision.split(","):
         p = aliases.get(p.strip().lower(), p.strip().lower())
         if p not in ("f32",) + REDUCED:  # the CPU's precisions; f16 runs on a GPU only
-            ap.error("unknown precision %r; use f32, int8 or bf16" % p)
+            ap.error("unknown precision %r; use f32, int8, bf16 or mixed" % p)
         if p not in precisions:
             precisions.append(p)
     args.precisions = precisions
@@ -224,7 +235,11 @@ def startup_and_memory(args: argparse.Namespace, path: str, onnx_paths: Dict[str
                     return kime_probe(path, prec, args.threads, first, then_file)
                 assert peer_python is not None
                 graph = onnx_paths.get(fam)
-                argv = ["--probe", "onnx" if graph else fam, "--path", path]
+                if fam.startswith("openvino"):
+                    argv = ["--probe", "openvino", "--path", path, "--export", onnx_paths["onnx"],
+                            "--ov-precision", "bf16" if fam == "openvino-bf16" else "f32"]
+                else:
+                    argv = ["--probe", "onnx" if graph else fam, "--path", path]
                 argv += ["--onnx", graph] if graph else []
                 argv += ["--first", first] if first else []
                 argv += ["--then", then_file] if then_file else []
@@ -398,9 +413,70 @@ def prepare_onnx_int8(peer: peerlib.PeerProcess, path: str, onnx_path: str, thre
     return out
 
 
+def prepare_openvino(peer: peerlib.PeerProcess, path: str, onnx_path: str, threads: List[int],
+                     precisions: Sequence[str], workloads: Sequence[str],
+                     report: Dict[str, Any]) -> Dict[str, str]:
+    """OpenVINO at each of `precisions` it has (f32, bf16, int8), behind ONNXAgent in the peer:
+    the export compiled with its precision hint, and for int8 NNCF's quantization of it
+    calibrated on every row of `workloads` one row at a time (cached beside the export).
+    Returns {family: the graph it runs}."""
+    graphs: Dict[str, str] = {}
+    for prec in precisions:
+        fam = OPENVINO.get(prec)
+        if fam is None:
+            continue
+        graph = onnx_path
+        if prec == "int8":
+            graph = onnx_path[:-len(".onnx")] + ".ov-int8.xml"
+            log("openvino-int8: checking/quantizing %s (NNCF, rows of %s)"
+                % (graph, ",".join(workloads)))
+            q = peer.call("quantize_openvino", path=path, onnx=onnx_path, out=graph,
+                          workloads=list(workloads))
+            log("openvino-int8: %s" % ("quantized in %.1f s on %d rows" % (q["seconds"], q["rows"])
+                                       if q["quantized"] else "cached quantized graph"))
+            report["peers"][fam] = dict(q, path=graph)
+        r = peer.call("load_openvino", path=path, export=onnx_path, graph=graph, threads=threads,
+                      precision="bf16" if prec == "bf16" else "f32", name=fam)
+        log("%s compiled in %.2f s: %s" % (fam, r["seconds"], r["compiled"]))
+        report["peers"].setdefault(fam, {}).update(load_s=r["seconds"], compiled=r["compiled"],
+                                                   path=graph)
+        graphs[fam] = graph
+    return graphs
+
+
 def best_by_family(stats: Dict[str, Any], family: str) -> Optional[str]:
     keys = [k for k in stats if k.split("@")[0] == family]
     return min(keys, key=lambda k: stats[k]["p50"]) if keys else None
+
+
+def add_openvino(args: argparse.Namespace, peer: peerlib.PeerProcess, path: str,
+                 onnx_path: str, threads: List[int], vers: Dict[str, Any],
+                 report: Dict[str, Any], problems: List[str],
+                 notes: List[str], onnx_paths: Dict[str, str], engines: List[Engine],
+                 families: List[str]) -> Tuple[List[Engine], List[str]]:
+    """The OpenVINO engines at the run's precisions, added to `engines` and `families` (and
+    their graphs to `onnx_paths`); missing openvino is a note under auto, a problem under on."""
+    missing = vers.get("openvino_import") or (None if vers.get("nncf") else "nncf is missing")
+    if missing:
+        msg = ("openvino peer skipped: %s; install it with `%s -m pip install openvino nncf`"
+               % (missing, peer.python))
+        log(msg)
+        (problems if args.openvino == "on" else notes).append(msg)
+        return engines, families
+    try:
+        graphs = prepare_openvino(peer, path, onnx_path, threads, args.precisions, CALIBRATION,
+                                  report)
+    except peerlib.PeerError as e:
+        msg = "openvino peer disabled: %s" % e
+        log(msg)
+        problems.append(msg.splitlines()[0])
+        return engines, families
+    for fam, graph in graphs.items():
+        onnx_paths[fam] = graph
+        engines = engines + [Engine("%s@%d" % (fam, t), fam, t, peer_runner(peer, fam, t))
+                             for t in threads]
+        families = families + [fam]
+    return engines, families
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -490,6 +566,10 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             report["peers"]["versions"] = vers
             if vers.get("torch_agent"):
                 raise peerlib.PeerError("laya.agent does not import: %s" % vers["torch_agent"])
+            calibration = {w.name: w for w in build_workloads(path, agent.engine,
+                                                              list(CALIBRATION))}
+            peer.call("workloads", items={w.name: w.payload()
+                                          for w in list(calibration.values()) + workloads})
             r = peer.call("load_torch", path=path)
             log("torch Agent loaded in %.2f s" % r["seconds"])
             report["peers"]["torch"] = {"load_s": r["seconds"], "dtype": r["dtype"]}
@@ -527,7 +607,10 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
                         msg = "onnx-int8 peer disabled: %s" % e
                         log(msg)
                         problems.append(msg.splitlines()[0])
-            peer.call("workloads", items={w.name: w.payload() for w in workloads})
+                if onnx_path is not None and args.openvino != "off":
+                    engines, families = add_openvino(args, peer, path, onnx_path, threads, vers,
+                                                     report, problems, notes, onnx_paths,
+                                                     engines, families)
         except peerlib.PeerError as e:
             msg = "peers disabled: %s" % e
             log(msg)

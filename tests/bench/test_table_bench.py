@@ -1,0 +1,71 @@
+"""`python -m bench.table` (kime, ONNX Runtime and OpenVINO at every precision, quiet and beside
+a spinner) end to end: kime alone on the tiny shape everywhere, and with its peers where the
+peer interpreter has openvino and nncf (`PEER_PYTHON -m pip install openvino nncf`; skipped
+without them, as in CI). Speed is never asserted."""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bench import peers, table
+
+
+@pytest.mark.slow  # three kime engines and a spinning process: about 3 s
+def test_table_runs_kime_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "table.json"
+    status = table.main(["--shape", "tiny", "--peers", "none", "--repeat", "2", "--gap", "0.01",
+                         "--precision", "f32,int8", "--cache-dir", str(tmp_path / "cache"),
+                         "--out", str(out)])
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert list(report["results"]) == ["W1-quiet", "W3-quiet", "W1-spinner"]
+    for res in report["results"].values():
+        assert set(res["stats"]) == {"kime", "kime-int8"}
+        for s in res["stats"].values():
+            assert s["n"] == 2 and 0 < s["p50"] <= s["p90"] <= s["max"]
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + 3 * 2  # the header, a row per setting and precision
+    assert rows[1].startswith("| W1 FP32 |") and rows[-1].startswith("| W1 beside a spinner INT8")
+    assert all(r.count("—") == 3 for r in rows[1:])  # no peer: their cells and the ratio
+
+
+def _peer_with_openvino() -> str:
+    python, why = peers.find_peer_python(None)
+    if python is None:
+        pytest.skip("no peer interpreter: %s" % why)
+    probe = subprocess.run([python, "-c", "import openvino, nncf, onnxruntime"],
+                           capture_output=True, text=True, env=peers.clean_env(), timeout=120)
+    if probe.returncode != 0:
+        pytest.skip("the peer interpreter %s lacks openvino, nncf or onnxruntime (`%s -m pip "
+                    "install openvino nncf`): %s" % (python, python,
+                                                     probe.stderr.strip().splitlines()[-1:]))
+    return python
+
+
+@pytest.mark.slow  # an ONNX export, NNCF's calibration and three compiled graphs: about 40 s
+def test_openvino_runs_as_a_peer_with_its_latency_settings(tmp_path: Path) -> None:
+    python = _peer_with_openvino()
+    out = tmp_path / "table.json"
+    status = table.main(["--shape", "tiny", "--repeat", "1", "--gap", "0", "--threads", "2",
+                         "--settings", "W1-quiet", "--peer-python", python,
+                         "--precision", "f32,int8,bf16", "--cache-dir", str(tmp_path / "cache"),
+                         "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert status == 0, report["problems"]
+    stats = report["results"]["W1-quiet"]["stats"]
+    assert {"onnx", "onnx-int8", "openvino", "openvino-bf16", "openvino-int8"} <= set(stats)
+    # FP32 is the same model: the same answer as kime's within 1e-3 (no problem was raised)
+    assert report["agreement"]["openvino"]["w1_check"] == []
+    for fam, hint in (("openvino", "float32"), ("openvino-bf16", "bfloat16"),
+                      ("openvino-int8", "float32")):
+        seen = report["peers"][fam]["compiled"]["2"]
+        assert seen["PERFORMANCE_HINT"] == "LATENCY" and seen["NUM_STREAMS"] == "1"
+        assert seen["INFERENCE_NUM_THREADS"] == "2" and hint in seen["INFERENCE_PRECISION_HINT"]
+    # NNCF really quantized the graph: its IR carries FakeQuantize ops, calibrated on the 16
+    # rows of W1-W3 one at a time
+    int8 = report["peers"]["openvino-int8"]
+    assert int8["rows"] == 16 and "TRANSFORMER" in int8["quantizer"]
+    assert Path(int8["path"]).read_text().count('type="FakeQuantize"') > 10
