@@ -233,7 +233,6 @@ cdef class Model:
 
     cdef kime_model m
     cdef dict arrays
-    cdef int attn
     cdef readonly int d, n_act, threads, max_pos
 
     def __init__(self, dict arrays, dict spec, int isa, int threads):
@@ -255,7 +254,6 @@ cdef class Model:
             # The kernels would stop the process on an illegal instruction.
             raise ValueError("the BF16 GEMM does not run at isa %d (missing: %s)"
                              % (isa, kime_bgemm_missing(isa).decode()))
-        self.attn = KIME_ATTN_BF16 if spec.get("attn_bf16") else KIME_ATTN_F32
         m.d = self.d = spec["d"]
         m.vocab = spec["vocab"]
         m.layers = spec["layers"]
@@ -314,7 +312,8 @@ cdef class Model:
         L.down = _weight(a, p + "down", want)
         L.down_b = _f32(a, p + "down.b")
         L.is_global = 1
-        L.attn = self.attn
+        # a layer below FP32 runs attention's products in BF16 (the precision contract)
+        L.attn = KIME_ATTN_F32 if prec == KIME_PREC_F32 else KIME_ATTN_BF16
 
     def run(self, Arena arena, int32_t[::1] ids, int32_t[::1] cu, int rows,
             int32_t[::1] markers, int32_t[::1] mcu, int32_t[::1] qtype,
@@ -393,8 +392,9 @@ cdef class Arena:
             "gemm_scratch": gemm_scratch,
             # the encoder's attention or the decision head's, whichever needs more
             "attn_scratch": max(kime_attention_scratch_floats(
-                KIME_ATTN_BF16 if spec.get("attn_bf16") else KIME_ATTN_F32, max_tokens, heads,
-                d // heads, threads) for heads in (spec["heads"], spec["head_heads"])),
+                KIME_ATTN_F32 if p == KIME_PREC_F32 else KIME_ATTN_BF16, max_tokens, heads,
+                d // heads, threads) for heads in (spec["heads"], spec["head_heads"])
+                for p in set(precs)),
             # qgemm's and bgemm's scratch in bytes, as floats; one float when no layer has
             # such GEMMs.
             "qgemm_scratch": (max(kime_qgemm_scratch_bytes(spec.get("qisa", isa), k, threads)

@@ -168,7 +168,7 @@ class CpuBackend:
     (`attention_precision`); the softmax, norms, scorer and act head FP32. BF16 needs
     AVX512_BF16, or FEAT_BF16 on aarch64 (`check_bf16`). MIXED runs each layer's GEMMs in the
     precision `layers` names (the encoder's layers, then the decision head's: the gate's
-    `kime.layer_choice`), with FP32 attention, as the gate measured it.
+    `kime.layer_choice`), and attention's products in BF16 in its layers below FP32.
 
     `use_cache=False` packs the weights in memory without reading or writing the on-disk cache.
     """
@@ -205,12 +205,11 @@ class CpuBackend:
         qisa = _qgemm.pin(self._isa) if int8 else None
         self.kernels = (_bgemm.KERNELS if bf16 else self._isa_name if qisa is None
                         else _qgemm.impl_name(qisa))
-        # Below FP32 the precision contract (docs/precision.md) lets attention's products run in
-        # BF16, whose bits are the same at every ISA level (kernels.h). A mix keeps FP32
-        # attention: the gate chose its layers with it.
-        attn_bf16 = self.precision in (Precision.INT8, Precision.BF16)
-        self.attention_precision = "bf16" if attn_bf16 else "f32"
-        self.spec = CpuSpec.of(ck.graph, qisa, bf16, attn_bf16, self.layers)
+        # Below FP32 the precision contract (docs/precision.md) lets a layer's attention products
+        # run in BF16, whose bits are the same at every ISA level (kernels.h): every layer whose
+        # GEMMs run below FP32 does, in a mix too.
+        self.spec = CpuSpec.of(ck.graph, qisa, bf16, self.layers)
+        self.attention_precision = "bf16" if self.spec.attn_bf16 else "f32"
         packed = load_packed(ck, self._isa, self._isa_name, _gemm.pack, use_cache=use_cache,
                              qpack=None if qisa is None else _qgemm.pack, qisa=qisa,
                              bpack=_bgemm.pack if bf16 or "bf16" in self.layers else None,
@@ -294,8 +293,8 @@ class CpuBackend:
             kernels = {"int8": self.kernels, "bf16": _bf16_kernels(), "f32": self._isa_name}
             runs = ", ".join("%d %s %s" % (self.layers.count(p), kernels[p], p.upper())
                              for p in ("int8", "bf16", "f32") if p in self.layers)
-            return "cpu (mixed: %s layers; FP32 attention and heads, %d threads)" % (
-                runs, self.threads)
+            return ("cpu (mixed: %s layers; BF16 attention products below FP32, FP32 heads, "
+                    "%d threads)" % (runs, self.threads))
         if self.precision in (Precision.INT8, Precision.BF16):
             return "cpu (%s %s GEMMs, %s attention products, FP32 softmax, norms and heads, " \
                    "%d threads)" % (self.kernels, self.precision.value.upper(),

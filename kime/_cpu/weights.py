@@ -18,6 +18,7 @@ graph (`kime.graph`); the entry names are the fields of the C model (`csrc/forwa
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -53,10 +54,10 @@ class CpuSpec:
 
     `qisa` is the INT8 kernel set the GEMM weights are packed for (`_qgemm.pin`), fixed at load
     so the packed bytes, the scratch and every call agree; None unless a layer is INT8. `bf16`:
-    the GEMM weights are packed bfloat16 (`_bgemm.pack`). `attn_bf16`: attention's products run
-    in BF16 (kernels.h's KIME_ATTN_BF16), which the backend asks for below FP32. `mix`, in a
-    mixed model, is each layer's precision (the encoder's, then the decision head's;
-    `kime.layer_choice`), and `bf16` is then False: it names a uniform model.
+    the GEMM weights are packed bfloat16 (`_bgemm.pack`). `mix`, in a mixed model, is each
+    layer's precision (the encoder's, then the decision head's; `kime.layer_choice`), and
+    `bf16` is then False: it names a uniform model. A layer below FP32 runs its attention's
+    products in BF16 too (the precision contract, docs/precision.md; `_forward.Model`).
     """
 
     d: int
@@ -73,7 +74,6 @@ class CpuSpec:
     global_layers: Tuple[bool, ...]
     qisa: Optional[int] = None
     bf16: bool = False
-    attn_bf16: bool = False
     mix: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -90,21 +90,26 @@ class CpuSpec:
         """Every layer is INT8 (in a mixed model, `mix` says which are)."""
         return self.qisa is not None and not self.mix
 
+    @property
+    def attn_bf16(self) -> bool:
+        """Some layer runs attention's products in BF16: every layer below FP32 does."""
+        return self.int8 or self.bf16 or any(p != "f32" for p in self.mix)
+
     @classmethod
     def of(cls, graph: Graph, qisa: Optional[int] = None, bf16: bool = False,
-           attn_bf16: bool = False, mix: Tuple[str, ...] = ()) -> "CpuSpec":
+           mix: Tuple[str, ...] = ()) -> "CpuSpec":
         spec = graph.spec
         return cls(d=spec.hidden, vocab=spec.vocab, layers=len(graph.layers), heads=spec.heads,
                    inter=spec.intermediate, half_window=spec.half_window,
                    norm_eps=spec.norm_eps, max_pos=graph.max_positions,
                    head_layers=len(graph.head), head_heads=graph.head_heads, n_act=graph.n_act,
                    global_layers=tuple(b.attention.is_global for b in graph.layers), qisa=qisa,
-                   bf16=bf16, attn_bf16=attn_bf16, mix=tuple(mix))
+                   bf16=bf16, mix=tuple(mix))
 
     def as_dict(self) -> Dict[str, object]:
         """The spec as the Cython boundary reads it."""
         out: Dict[str, object] = {
-            "int8": int(self.int8), "bf16": int(self.bf16), "attn_bf16": int(self.attn_bf16),
+            "int8": int(self.int8), "bf16": int(self.bf16),
             "d": self.d, "vocab": self.vocab,
             "layers": self.layers, "heads": self.heads, "inter": self.inter,
             "half_window": self.half_window, "norm_eps": self.norm_eps, "max_pos": self.max_pos,

@@ -14,9 +14,19 @@ from __future__ import annotations
 import os
 from typing import Any, Dict, Optional
 
-from .limits import (MAX_BATCH_STATES, MAX_BODY_BYTES, MAX_QUESTIONS, MAX_SCORE_LEVELS,
-                     MAX_STATE_CHARS, MAX_TOTAL_OPTIONS, MAX_TOURNAMENT_CHOICE_OPTIONS)
-from .settings import MAX_CHOICE_OPTIONS, ConfigError, Settings, load_settings
+from ..laya import limits
+from .settings import ConfigError, Settings, load_settings
+
+# laya serve's module constants, under its names; the values are kime.laya.limits', the one home
+# every surface asks.
+MAX_QUESTIONS = limits.QUESTIONS
+MAX_STATE_CHARS = limits.STATE_CHARS
+MAX_BATCH_STATES = limits.BATCH_STATES
+MAX_BODY_BYTES = limits.BODY_BYTES
+MAX_CHOICE_OPTIONS = limits.CHOICE_OPTIONS
+MAX_TOURNAMENT_CHOICE_OPTIONS = limits.TOURNAMENT_CHOICE_OPTIONS
+MAX_SCORE_LEVELS = limits.BODY_SCORE_LEVELS
+MAX_TOTAL_OPTIONS = limits.TOTAL_OPTIONS
 
 LAYA_HOST_DEFAULT = "0.0.0.0"
 """Where `laya-serve` binds when neither LAYA_HOST nor KIME_HOST is set (laya serve's default:
