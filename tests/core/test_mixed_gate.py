@@ -16,6 +16,7 @@ import pytest
 import kime
 from kime import cli
 from kime._cpu import _bgemm
+from kime.factory import bf16_missing
 from kime.layer_choice import FILE_NAME, read_choice
 from kime.mixed_precision import Trial, grow, layer_names, mixed_gate
 from kime.precision_gate import builtin_requests
@@ -167,7 +168,12 @@ def test_the_python_api_and_its_report(outliers: Tuple[Path, List[Dict[str, Any]
     assert report.choice.encoder[0] == report.choice.encoder[3] == "int8"
     text = report.format()
     assert "chosen: encoder int8 x2" in text and "encoder 1 int8" in text
-    assert len(said) == len(report.trials) + 1
+    # one line for the FP32 pass, one per trial, and one more where BF16 cannot run (an AVX2 cap)
+    assert said[0].startswith("running ")
+    skipped = [line for line in said if line.startswith("BF16 does not run here")]
+    assert len(skipped) == (bf16_missing() is not None)
+    assert len(said) == 1 + len(report.trials) + len(skipped)
+    assert all(t.what in line for t, line in zip(report.trials, said[1:]))
 
 
 def test_bad_settings_are_refused_before_any_pass() -> None:

@@ -16,7 +16,7 @@ import json
 import subprocess
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -25,6 +25,7 @@ import kime
 from kime._cpu.backend import bf16_missing
 from kime.render import QTYPES
 from kime.request import Request
+from kime.synthetic import write_checkpoint
 
 from ..contract import deviation, within
 from ..golden_cases import assert_same
@@ -36,13 +37,18 @@ MODES = {"bf16": "laya-amp-bf16", "int8": "ort-int8"}
 """kime's precision -> the peer whose deviation bounds it."""
 
 
-def _checkpoint(name: str) -> Path:
+def _checkpoint(name: str, scratch: Optional[Path] = None) -> Path:
     info = GOLDEN["checkpoints"][name]
     if "path" in info:
         return ROOT / info["path"]
-    from bench.workloads import cached_checkpoint  # the bench's cache: written once, reused
-
-    path = Path(cached_checkpoint(info["shape"], seed=info["seed"]))
+    try:
+        from bench.workloads import cached_checkpoint  # the bench's cache: written once, reused
+        path = Path(cached_checkpoint(info["shape"], seed=info["seed"]))
+    except ImportError:  # tests/ copied beside an installed wheel (tools/test_wheel.sh): no bench/
+        assert scratch is not None, "a generated checkpoint needs a scratch directory"
+        path = scratch / ("%s-seed%d" % (info["shape"], info["seed"]))
+        if not (path / "model.safetensors").exists():
+            write_checkpoint(path, shape=info["shape"], seed=info["seed"])
     digest = hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()
     assert digest == info["model_sha256"], (
         "kime.synthetic now writes other %s weights than the goldens were recorded on: "
@@ -61,12 +67,13 @@ def _answer(agent: kime.Agent, state: str, questions: Dict[str, Any]
                     for qid, (logits, _) in zip(questions, outputs)}
 
 
-def _deviations(name: str, precision: str) -> List[Tuple[Mapping[str, Any], Dict[str, Any]]]:
+def _deviations(name: str, precision: str, scratch: Optional[Path] = None
+                ) -> List[Tuple[Mapping[str, Any], Dict[str, Any]]]:
     """(case, kime's deviation) for each of the checkpoint's recorded workloads."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        agent = kime.load(str(_checkpoint(name)), device="cpu", precision=precision, threads=2,
-                          answer_cache=0)
+        agent = kime.load(str(_checkpoint(name, scratch)), device="cpu", precision=precision,
+                          threads=2, answer_cache=0)
     out = []
     with agent:
         for case in (c for c in GOLDEN["cases"] if c["checkpoint"] == name):
@@ -76,14 +83,21 @@ def _deviations(name: str, precision: str) -> List[Tuple[Mapping[str, Any], Dict
     return out
 
 
-def _check(name: str, precision: str) -> None:
+def _check(name: str, precision: str, scratch: Optional[Path] = None) -> None:
     if precision == "bf16" and bf16_missing():
         pytest.skip("BF16 does not run here: %s" % bf16_missing())
-    cases = _deviations(name, precision)
+    cases = _deviations(name, precision, scratch)
     problems = within([ours for _, ours in cases],
                       [case["peers"][MODES[precision]]["deviation"] for case, _ in cases])
     assert not problems, "kime %s leaves the contract on %s (%s):\n  %s" % (
         precision, name, ", ".join(c["workload"] for c, _ in cases), "\n  ".join(problems))
+
+
+def _scratch(factory: pytest.TempPathFactory) -> Path:
+    """One directory for the session's generated checkpoints, where bench's cache is absent."""
+    path = factory.getbasetemp() / "precision-checkpoints"
+    path.mkdir(exist_ok=True)
+    return path
 
 
 FAST = [n for n, info in GOLDEN["checkpoints"].items() if "path" in info]
@@ -126,8 +140,9 @@ def test_within_the_peers(name: str, precision: str):
 @pytest.mark.slow  # a ModernBERT-base-shaped checkpoint: written once (bench's cache), 3 s a mode
 @pytest.mark.parametrize("precision", sorted(MODES))
 @pytest.mark.parametrize("name", SLOW)
-def test_within_the_peers_on_the_base_shape(name: str, precision: str):
-    _check(name, precision)
+def test_within_the_peers_on_the_base_shape(name: str, precision: str,
+                                           tmp_path_factory: pytest.TempPathFactory):
+    _check(name, precision, _scratch(tmp_path_factory))
 
 
 def test_a_deviation_beyond_the_peer_is_caught():
