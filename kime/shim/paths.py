@@ -139,6 +139,8 @@ def _top_module(module: types.ModuleType) -> None:
     # laya's own version string, the API this is: code parses it (`int(p) for p in
     # split(".")[:3]`) to gate features; the distribution's version carries kime's (`+kime.`).
     module.__version__ = LAYA_VERSION  # type: ignore[attr-defined]
+    # Where laya comes from here: diagnostics print it, and inspect.getfile() needs one.
+    module.__file__ = __file__
     module.__kime_version__ = kime.__version__  # type: ignore[attr-defined]
     module.__all__ = list(kime.__all__)  # type: ignore[attr-defined]
 

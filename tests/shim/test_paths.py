@@ -60,7 +60,7 @@ def _python(code: str, *args: str) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 def test_install_as_laya_serves_laya_paths_in_a_fresh_interpreter():
     done = _python("""
-        import importlib, json, sys
+        import importlib, inspect, json, sys
         import kime
         assert "laya" not in sys.modules
         kime.install_as_laya()
@@ -71,6 +71,7 @@ def test_install_as_laya_serves_laya_paths_in_a_fresh_interpreter():
         import kime.laya.agent, kime.laya.common, kime.mcp.tools
         out = {
             "version": laya.__version__, "kime_version": kime.__version__,
+            "file": inspect.getfile(laya),
             "same_agent": laya.Agent is kime.Agent and agent is kime.laya.agent,
             "same_common": common is kime.laya.common, "router": Router is kime.Router,
             "spec_kept": agent.__spec__.name == "kime.laya.agent"
@@ -97,6 +98,7 @@ def test_install_as_laya_serves_laya_paths_in_a_fresh_interpreter():
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["version"] == paths.LAYA_VERSION and out["kime_version"] != out["version"]
+    assert Path(out["file"]).samefile(paths.__file__)  # laya's file is the shim's own
     assert out["same_agent"] and out["same_common"] and out["router"] and out["spec_kept"]
     assert out["presets"]
     for name, message in out["refusals"].items():
