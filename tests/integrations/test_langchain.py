@@ -18,6 +18,7 @@ import builtins
 import json
 import subprocess
 import sys
+import time
 import typing
 import warnings
 from typing import Any, Dict, Iterator, List
@@ -270,6 +271,39 @@ def test_batch_on_a_router_is_one_pass_per_checkpoint():
         assert laya_router.last_decision["routing"]["model"] == "english"
     finally:
         router.unload()
+
+
+class _SlowFirst:
+    """A hook that holds the call deciding `text` for a while, so on LangChain's thread pool
+    that input finishes after the ones given after it."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def on_predict_start(self, ctx: Any) -> None:
+        if any(self.text in str(state) for state in ctx.states or []):
+            time.sleep(0.5)
+
+
+def test_after_a_hooked_batch_the_last_decision_is_the_last_inputs(runners):
+    """A Router with hooks gets LangChain's per-input batch on a thread pool; the first input,
+    held by its hook, finishes last, yet `last_decision` is the last input's, as in order."""
+    router = runners["router"]
+    laya_router = module.LayaRouter(ROUTES, agent=router)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        laya_router.invoke(DE)
+        last = laya_router.last_decision
+        laya_router.invoke(EN)
+        first = laya_router.last_decision
+        assert first != last
+        hooked = module.LayaRouter(ROUTES, agent=router, hooks=[_SlowFirst(EN)])
+        assert hooked.batch([EN, DE]) == [pick_label(first), pick_label(last)]
+    assert hooked.last_decision == last
+
+
+def pick_label(decision: Dict[str, Any]) -> str:
+    return str(decision["answers"]["route"]["choice"])
 
 
 def _graph(router: Any, triage: Any) -> Any:

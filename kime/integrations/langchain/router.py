@@ -10,12 +10,18 @@ decision is kept as `last_decision`.
 
 No `from __future__ import annotations`: see `base`, LangGraph reads these hints.
 """
-from typing import Any, Dict, Optional
+from contextvars import ContextVar
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 from ..caller import takes_controls
 from ..reading import pick
-from .base import BatchedRunnable, fields_of
+from .base import BatchedRunnable, RunnableConfig, fields_of
 from .text import StateKey
+
+_DECIDED: ContextVar[Optional[Dict[int, Dict[str, Any]]]] = ContextVar("kime_router_decided",
+                                                                      default=None)
+"""Inside `batch`: each input's decision by the input's id (LangChain's thread pool copies the
+context into its workers, so they fill the batch's own dict)."""
 
 
 class LayaRouter(BatchedRunnable):
@@ -51,8 +57,28 @@ class LayaRouter(BatchedRunnable):
         return {self.question_id: {"type": "choice", "instructions": self.instructions,
                                    "criteria": self.criteria}}
 
+    def batch(self, inputs: Sequence[Any],
+              config: Optional[Union[RunnableConfig, List[RunnableConfig]]] = None, *,
+              return_exceptions: bool = False, **kwargs: Any) -> List[Any]:
+        """`BatchedRunnable.batch`; afterwards `last_decision` is the last input's decision, as
+        a run in order leaves it, also where LangChain's per-input batch ran the inputs on a
+        thread pool (where the last to finish would otherwise win)."""
+        inputs = list(inputs)
+        decided: Dict[int, Dict[str, Any]] = {}
+        token = _DECIDED.set(decided)
+        try:
+            out = super().batch(inputs, config, return_exceptions=return_exceptions, **kwargs)
+        finally:
+            _DECIDED.reset(token)
+        if inputs and id(inputs[-1]) in decided:
+            self.last_decision = decided[id(inputs[-1])]
+        return out
+
     def _finish(self, result: Dict[str, Any], input: Any) -> str:
         self.last_decision = result
+        decided = _DECIDED.get()
+        if decided is not None:
+            decided[id(input)] = result
         chosen = pick(result, self.question_id, list(self.criteria), self.caller.where,
                       self.confidence_threshold)
         if chosen.low and self.fallback is not None:
