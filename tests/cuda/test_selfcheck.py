@@ -20,6 +20,7 @@ import kime
 from kime import cli, gpu_check
 from kime._cuda import backend as cuda_backend
 from kime._cuda import device
+from kime._cuda import plan as cuda_plan
 from kime._cuda.layout import Layout
 from kime.checkpoint import load_checkpoint
 from kime.gpu_check import BITS, Deviation
@@ -137,7 +138,7 @@ def emulated_gpu(monkeypatch, tmp_path):
 
         monkeypatch.setattr(cuda_backend, "toolkit", lambda ordinal: (fake, None))
         monkeypatch.setattr(cuda_backend, "Kernels", Counted)
-        monkeypatch.setattr(cuda_backend, "Layout", layout)
+        monkeypatch.setattr(cuda_plan, "Layout", layout)  # a plan lays its batches out
         monkeypatch.setattr(cuda_backend, "Gemm",
                             lambda cublas, ptr, half: FakeGemm(cublas, ptr, half, fake))
         return launches
