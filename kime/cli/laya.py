@@ -180,6 +180,8 @@ def show_answers(result: Dict[str, Any]) -> None:
     for qid, answer in result.get("answers", {}).items():
         if "choice" in answer:
             choice = answer["choice"]
+            # a printout, deciding nothing: laya prints p=0.000 for a choice without its
+            # probability (a remote answer's), and `laya`'s output is compared line for line
             detail = "%s (p=%.3f)" % (choice, answer.get("probabilities", {}).get(choice, 0.0))
         elif "score" in answer:
             detail = "%.2f" % answer["score"]
