@@ -330,15 +330,29 @@ def fingerprint(path: str) -> str:
     KiB samples spread over the data. Two checkpoints that differ anywhere in their names or
     shapes, or in the sampled bytes, get different keys, and so does a file rewritten in place
     where no sample sees the change; the config files are hashed whole."""
-    h = hashlib.sha256()
     weights = os.path.join(path, "model.safetensors")
     # The samples see 64 KiB of the file, so its mtime keys it too: a tensor rewritten in place
     # between two samples (an act-head bias is a few bytes) must not map the old pack, or the
     # compiled path runs the old weights where the reference reads the new (issue 23), nor
     # reuse a GPU verdict reached on the old weights.
     st = os.stat(weights)
-    size = st.st_size
-    h.update(("%d %d" % (size, st.st_mtime_ns)).encode())
+    return _sampled_digest(path, ("%d %d" % (st.st_size, st.st_mtime_ns)).encode())
+
+
+def copy_digest(path: str) -> str:
+    """A digest of a checkpoint's weights that survives a copy (what a layer choice file is
+    bound to): `fingerprint`'s header, samples and config files, with the file's size and
+    not its modification time."""
+    return _sampled_digest(path, b"%d" % os.path.getsize(os.path.join(path, "model.safetensors")))
+
+
+def _sampled_digest(path: str, stamp: bytes) -> str:
+    """`stamp`, then the safetensors header, 64 samples of 1 KiB spread over the data, and the
+    two config files whole."""
+    h = hashlib.sha256()
+    h.update(stamp)
+    weights = os.path.join(path, "model.safetensors")
+    size = os.path.getsize(weights)
     with open(weights, "rb") as f:
         (header_len,) = struct.unpack("<Q", f.read(8))
         h.update(f.read(header_len))

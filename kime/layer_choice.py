@@ -16,15 +16,14 @@ precision preference, never weights, so nothing wrong is computed from a stale o
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import struct
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional, Tuple
 
 from .backend import cache_root
+from .checkpoint import copy_digest
 from .errors import BadOption
 
 FORMAT = "kime-layer-precision"
@@ -35,23 +34,9 @@ LAYER_PRECISIONS = ("int8", "bf16", "f32")
 
 
 def checkpoint_digest(path: str) -> str:
-    """A digest of a checkpoint's weights that survives a copy: the safetensors header (every
-    tensor's name, dtype, shape and offset), the file's size, 64 samples of 1 KiB spread over the
-    data, and the two config files whole. Milliseconds, not a full hash."""
-    h = hashlib.sha256()
-    weights = os.path.join(path, "model.safetensors")
-    size = os.path.getsize(weights)
-    h.update(b"%d" % size)
-    with open(weights, "rb") as f:
-        (header_len,) = struct.unpack("<Q", f.read(8))
-        h.update(f.read(header_len))
-        for i in range(64):
-            f.seek(8 + header_len + (size - 8 - header_len) * i // 64)
-            h.update(f.read(1024))
-    for name in ("rl_agent_config.json", os.path.join("encoder", "config.json")):
-        with open(os.path.join(path, name), "rb") as f:
-            h.update(f.read())
-    return h.hexdigest()[:32]
+    """The digest a layer choice is bound to: `kime.checkpoint.copy_digest`, which a copy of
+    the checkpoint keeps."""
+    return copy_digest(path)
 
 
 @dataclass(frozen=True)
