@@ -38,11 +38,8 @@ from ..errors import BackendError, BadOption, Unsupported
 from .device import open_cupy, stack
 from .gemm import Gemm
 from .kernels import Kernels
-from .layout import (aligned_tokens, pick_cap, plan_caps,
-                     run_halves)
-
+from .layout import aligned_tokens, pick_cap, plan_caps, run_halves
 from .plan import Plan
-
 
 CUDA_ERROR_MEMORY_ALLOCATION = 2
 

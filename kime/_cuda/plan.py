@@ -13,9 +13,7 @@ from ..graph import Linear, Norm, rope_half_tables, rope_half_tables_uncached
 from .embed import EmbedMode
 from .gemm import GemmCall
 from .kernels import Launch, Parallel, capture
-from .layout import (SLACK, Layout, buffer_ints, offsets, plan_caps,
-                     used_ints)
-
+from .layout import SLACK, Layout, buffer_ints, offsets, plan_caps, used_ints
 
 Op = Union[Launch, GemmCall]
 
@@ -23,7 +21,7 @@ Op = Union[Launch, GemmCall]
 class Plan:
     """One slot count `cap`: its arena, staging buffers, lowered forward pass and CUDA graph."""
 
-    def __init__(self, owner: Any, cap: int):
+    def __init__(self, owner: Any, cap: int):  # owner: the CudaBackend (typed Any: no cycle)
         cp = owner.cupy
         graph = owner.graph
         d, inter = graph.hidden, graph.spec.intermediate
