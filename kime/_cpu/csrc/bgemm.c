@@ -39,6 +39,7 @@
 #define T256 __attribute__((target("avx2,fma")))
 #define TB512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 #include "vgelu.h"
+#include "sliver512.h"
 #endif
 
 #include "epilogue512.h"
@@ -196,25 +197,22 @@ size_t kime_bgemm_scratch_bytes(int K, int nthreads)
  * the odd K's last high half are zero. */
 TB512 static void pack_a(const float *A, int lda, int m, int K, uint32_t *row, uint32_t *dst)
 {
-    const size_t K2 = kw_of(K);
-    for (int i = 0; i < BMR; i++) {
-        if (i >= m) {
-            for (size_t g = 0; g < K2; g++)
-                dst[g * BMR + (size_t)i] = 0;
-            continue;
+    (void)row; /* sliver512.h transposes in registers */
+    const int K2 = (int)kw_of(K);
+    __m512i r[16];
+    for (int i = m; i < 16; i++)
+        r[i] = _mm512_setzero_si512();
+    for (int g = 0; g < K2; g += 16) { /* 32 k, 16 pairs, of every row at a time */
+        const int k = 2 * g, left = K - k;
+        const __mmask16 lo = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        const __mmask16 hi = left >= 32 ? 0xffff
+                             : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+        for (int i = 0; i < m; i++) {
+            const float *x = A + (size_t)i * lda + k;
+            r[i] = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + 16),
+                                                _mm512_maskz_loadu_ps(lo, x));
         }
-        const float *x = A + (size_t)i * lda;
-        for (int k = 0; k < K; k += 32) {
-            const int left = K - k;
-            const __mmask16 lo = left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1);
-            const __mmask16 hi = left >= 32 ? 0xffff
-                                 : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
-            const __m512 a = _mm512_maskz_loadu_ps(lo, x + k);
-            const __m512 b = _mm512_maskz_loadu_ps(hi, x + k + 16);
-            _mm512_store_si512(row + k / 2, (__m512i)_mm512_cvtne2ps_pbh(b, a));
-        }
-        for (size_t g = 0; g < K2; g++)
-            dst[g * BMR + (size_t)i] = row[g];
+        sliver_put16(r, BMR, K2 - g < 16 ? K2 - g : 16, dst + (size_t)g * BMR);
     }
 }
 

@@ -38,6 +38,7 @@
 #define T256 __attribute__((target("avx2,fma")))
 #include "vgelu.h"
 #include "lanes256.h"
+#include "sliver512.h"
 #endif
 
 #if defined(__aarch64__)
@@ -58,6 +59,8 @@ typedef struct {
     void (*kernel)(int m, int K, const float *a, const float *b, float *acc);
     /* Apply the epilogue to tile rows [0, m) and store `nv` output columns from column n0. */
     void (*store)(const float *acc, int m, int n0, int nv, const epilogue *e, float *C);
+    /* optional: pack_a's sliver (the same floats) faster; NULL: pack_a */
+    void (*pack)(const float *A, int lda, int m, int K, int mr, float *dst);
 } gemm_impl;
 
 static const float SQRT1_2 = 0.70710678118654752440f; /* rounded once, as torch does */
@@ -123,6 +126,21 @@ kernel512_m(const int m, int K, const float *a, const float *b, float *acc)
     for (int i = 0; i < m; i++) {
         _mm512_store_ps(acc + i * ANR, c0[i]);
         _mm512_store_ps(acc + i * ANR + 16, c1[i]);
+    }
+}
+
+/* pack_a's sliver, 16 k of every row at a time (sliver512.h) */
+T512 static void pack512(const float *A, int lda, int m, int K, int mr, float *dst)
+{
+    __m512i r[16];
+    for (int i = m; i < 16; i++)
+        r[i] = _mm512_setzero_si512();
+    for (int k = 0; k < K; k += 16) {
+        const int ng = K - k < 16 ? K - k : 16;
+        const __mmask16 km = (__mmask16)((1u << ng) - 1);
+        for (int i = 0; i < m; i++)
+            r[i] = _mm512_maskz_loadu_epi32(km, A + (size_t)i * lda + k);
+        sliver_put16(r, mr, ng, (uint32_t *)(dst + (size_t)k * mr));
     }
 }
 
@@ -264,7 +282,7 @@ static const gemm_impl IMPLS[3] = {
     {"portable 4x8", PMR, PNR, 128 << 10, kernel_portable, store_portable},
 #ifdef KIME_X86
     {"avx2 6x16", HMR, HNR, 128 << 10, kernel256, store256},
-    {"avx512 14x32", AMR, ANR, 640 << 10, kernel512, store512},
+    {"avx512 14x32", AMR, ANR, 640 << 10, kernel512, store512, pack512},
 #endif
 #ifdef KIME_ARM64
     {"neon 12x8", NMR, NNR, 256 << 10, kernel_neon, store_neon},
@@ -372,8 +390,9 @@ static void pack_tile(const void *p, int tid, int owner, int m0, int i, int m)
 {
     const job *j = (const job *)p;
     (void)tid;
-    pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K, j->im->mr,
-           thread_base(j, owner) + MAX_TILE + (size_t)i * j->K);
+    (j->im->pack ? j->im->pack : pack_a)(j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K,
+                                         j->im->mr,
+                                         thread_base(j, owner) + MAX_TILE + (size_t)i * j->K);
 }
 
 static void run_panels(const void *p, int tid, int owner, int m0, int mb, int p0, int p1)

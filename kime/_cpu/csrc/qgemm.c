@@ -43,6 +43,7 @@
 #define TQ512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 #define TQ256 __attribute__((target("avx2,fma")))
 #define TQYMM_EVEX __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
+#include "sliver512.h"
 #include <cpuid.h>
 /* The "avxvnni" target and _mm256_dpbusd_avx_epi32 arrived in GCC 11 and clang 12; older
  * compilers build the rest and never pick the VEX impl. */
@@ -79,6 +80,8 @@ typedef struct {
     void (*store)(const int32_t *acc, int m, int n0, int nv, const qepi *e, const float *sa,
                   const float *sw, const int32_t *comp, float *C);
     int layout; /* QL_K4 (0) unless named */
+    /* optional: qpack_a's sliver and scales (the same bytes) faster; NULL: quant, then qpack_a */
+    void (*pack)(const float *A, int lda, int m, int K, int K4, int mr, uint8_t *dst, float *sa);
 } qimpl;
 
 static const float QSQRT1_2 = 0.70710678118654752440f;
@@ -191,6 +194,53 @@ TQ512 static float quant512(const float *x, int K, int8_t *q)
     for (k = K; k < (K + 3) / 4 * 4; k++)
         q[k] = 0;
     return amax / 127.0f;
+}
+
+/* qpack_a's sliver from quant512's arithmetic, flipped to u8 (q ^ 0x80): a scale per row, then
+ * 64 k (16 groups) of every row at a time into sliver512.h's transpose. */
+TQ512 static void qpack512(const float *A, int lda, int m, int K, int K4, int mr, uint8_t *dst,
+                           float *sa)
+{
+    float inv[16];
+    for (int i = 0; i < m; i++) {
+        const float *x = A + (size_t)i * lda;
+        __m512 vmax = _mm512_setzero_ps();
+        int k = 0;
+        for (; k + 16 <= K; k += 16)
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+        if (k < K)
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                           (__mmask16)((1u << (K - k)) - 1), x + k)));
+        const float amax = _mm512_reduce_max_ps(vmax);
+        inv[i] = amax > 0.0f ? 127.0f / amax : 0.0f;
+        sa[i] = amax / 127.0f;
+    }
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    const __m512i flip = _mm512_set1_epi32((int)0x80808080u);
+    __m512i r[16];
+    for (int i = m; i < 16; i++)
+        r[i] = flip; /* a padded row: q = 0 */
+    for (int g = 0; g < K4; g += 16) {
+        for (int i = 0; i < m; i++) {
+            const float *x = A + (size_t)i * lda + 4 * g;
+            const __m512 vinv = _mm512_set1_ps(inv[i]);
+            __m128i q[4];
+            for (int c = 0; c < 4; c++) {
+                const int left = K - 4 * g - 16 * c;
+                const __mmask16 msk = left >= 16 ? 0xffff
+                                      : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+                __m512i v = _mm512_cvtps_epi32(
+                    _mm512_mul_ps(_mm512_maskz_loadu_ps(msk, x + 16 * c), vinv));
+                q[c] = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(v, lo), hi));
+            }
+            __m512i w = _mm512_castsi128_si512(q[0]);
+            w = _mm512_inserti32x4(w, q[1], 1);
+            w = _mm512_inserti32x4(w, q[2], 2);
+            w = _mm512_inserti32x4(w, q[3], 3);
+            r[i] = _mm512_xor_si512(w, flip);
+        }
+        sliver_put16(r, mr, K4 - g < 16 ? K4 - g : 16, (uint32_t *)(dst + (size_t)g * mr * 4));
+    }
 }
 
 TQ512 static inline __attribute__((always_inline)) void
@@ -449,7 +499,8 @@ static const qimpl QIMPLS[] = {
                              qstore_portable},
 #ifdef KQ_X86
     [KIME_QGEMM_AVX2] = {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
-    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 256 << 10, quant512, qkernel512, qstore512},
+    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 256 << 10, quant512, qkernel512, qstore512,
+                                 QL_K4, qpack512},
 #ifdef KQ_AVXVNNI
     [KIME_QGEMM_AVXVNNI] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni, qstore256},
 #endif
@@ -668,6 +719,10 @@ static void qpack_a(const qimpl *im, const float *A, int lda, int m, int K, int8
     const int mr = im->mr;
     const size_t K4 = kq_of(im, K);
     const uint8_t flip = im->offset ? 0x80 : 0; /* q + 128 as u8 is q ^ 0x80 */
+    if (im->pack) {
+        im->pack(A, lda, m, K, (int)K4, mr, dst, sa);
+        return;
+    }
     for (int i = 0; i < mr; i++) {
         if (i < m && K > 0) {
             sa[i] = im->quant(A + (size_t)i * lda, K, rowq);
