@@ -73,7 +73,8 @@ enum { QL_K4 = 0, QL_MMLA = 1 };
 typedef struct {
     int mr, nr, offset;
     size_t a_bytes;
-    /* quantize x[0..K) into q[0..K4*4) (zero-padded), return the scale amax / 127 */
+    /* quantize x[0..K) into q[0..K4*4) (zero-padded), return the scale amax / 127 (NULL where
+     * `pack` is set) */
     float (*quant)(const float *x, int K, int8_t *q);
     void (*kernel)(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc);
     /* dequantize + epilogue tile rows [0, m), store nv outputs from column n0 */
@@ -172,32 +173,9 @@ static void qstore_portable(const int32_t *acc, int m, int n0, int nv, const qep
 #define VNR 32
 #define V16(v) _mm512_set1_ps(v)
 
-TQ512 static float quant512(const float *x, int K, int8_t *q)
-{
-    __m512 vmax = _mm512_setzero_ps();
-    int k = 0;
-    for (; k + 16 <= K; k += 16)
-        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
-    if (k < K)
-        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(
-                                       (__mmask16)((1u << (K - k)) - 1), x + k)));
-    const float amax = _mm512_reduce_max_ps(vmax);
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    const __m512 vinv = _mm512_set1_ps(inv);
-    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-    for (k = 0; k < K; k += 16) {
-        __mmask16 msk = K - k >= 16 ? 0xffff : (__mmask16)((1u << (K - k)) - 1);
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(msk, x + k), vinv));
-        v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-        _mm_mask_storeu_epi8(q + k, msk, _mm512_cvtepi32_epi8(v));
-    }
-    for (k = K; k < (K + 3) / 4 * 4; k++)
-        q[k] = 0;
-    return amax / 127.0f;
-}
-
-/* qpack_a's sliver from quant512's arithmetic, flipped to u8 (q ^ 0x80): a scale per row, then
- * 64 k (16 groups) of every row at a time into sliver512.h's transpose. */
+/* qpack_a's sliver and scales with quant_portable's arithmetic (scale amax / 127, q = rint(x *
+ * 127 / amax) clamped to +-127), flipped to u8 (q ^ 0x80): a scale per row, then 64 k (16
+ * groups) of every row at a time into sliver512.h's transpose. */
 TQ512 static void qpack512(const float *A, int lda, int m, int K, int K4, int mr, uint8_t *dst,
                            float *sa)
 {
@@ -499,7 +477,7 @@ static const qimpl QIMPLS[] = {
                              qstore_portable},
 #ifdef KQ_X86
     [KIME_QGEMM_AVX2] = {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
-    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 256 << 10, quant512, qkernel512, qstore512,
+    [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 256 << 10, NULL, qkernel512, qstore512,
                                  QL_K4, qpack512},
 #ifdef KQ_AVXVNNI
     [KIME_QGEMM_AVXVNNI] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni, qstore256},
