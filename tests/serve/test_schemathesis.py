@@ -37,7 +37,9 @@ def test_no_operation_answers_a_server_error(api_schema):
     seen = {}
     for operation in operations:
         @given(operation.as_strategy())
-        @settings(max_examples=60, deadline=None,
+        # derandomized: the same 60 bodies each run, so whether they reach a 200 (asserted
+        # below) does not depend on the seed; a random seed once found none for a route
+        @settings(max_examples=60, deadline=None, derandomize=True,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
         def call(case):
             response = case.call()
