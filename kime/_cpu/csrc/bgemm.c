@@ -296,8 +296,10 @@ static void brun_panels(const void *p, int tid, int owner, int m0, int mb, int p
         const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
         for (int i = 0; i < mb; i += BMR) {
             const int m = mb - i < BMR ? mb - i : BMR;
+            float *c = j->e.C + (size_t)(m0 + i) * j->e.ldc;
+            kime_prefetch_tile(c, j->e.ldc, m, n0, nv);
             kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
-            store_tile(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
+            store_tile(acc, m, n0, nv, &j->e, c);
         }
     }
 }

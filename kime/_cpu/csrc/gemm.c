@@ -408,8 +408,10 @@ static void run_panels(const void *p, int tid, int owner, int m0, int mb, int p0
         const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
         for (int i = 0; i < mb; i += mr) {
             const int m = mb - i < mr ? mb - i : mr;
+            float *c = j->e.C + (size_t)(m0 + i) * j->e.ldc;
+            kime_prefetch_tile(c, j->e.ldc, m, n0, nv);
             im->kernel(m, K, ap + (size_t)i * K, b, acc);
-            im->store(acc, m, n0, nv, &j->e, j->e.C + (size_t)(m0 + i) * j->e.ldc);
+            im->store(acc, m, n0, nv, &j->e, c);
         }
     }
 }

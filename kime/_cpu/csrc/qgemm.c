@@ -797,6 +797,8 @@ static void qrun_panels(const void *p, int tid, int owner, int m0, int mb, int p
         const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
         for (int i = 0; i < mb; i += mr) {
             const int m = mb - i < mr ? mb - i : mr;
+            if (j->C)
+                kime_prefetch_tile(j->C + (size_t)(m0 + i) * j->e.ldc, j->e.ldc, m, n0, nv);
             im->kernel(m, K4, ap + (size_t)i * K4 * 4, b, acc);
             if (j->C32)
                 store_int32(j, acc, m, n0, nv, comp, j->C32 + (size_t)(m0 + i) * j->e.ldc);

@@ -59,6 +59,17 @@ static void kime_gemm_chunk_task(void *ctx, int task, int tid)
     kime_gemm_rows(s->plan, tid, r0, r1 < s->plan->M ? r1 : s->plan->M);
 }
 
+/* Ask for the C lines a tile will store (rows [0, m), columns [n0, n0 + nv)) before its K loop:
+ * an ACCUM epilogue reads them (the residual) and every store owns them, and at the forward's
+ * sizes they sit in another core's cache or in DRAM (rows ldc apart, which the hardware
+ * prefetchers do not follow across a tile). The K loop hides the wait. No bits change. */
+static inline void kime_prefetch_tile(const float *C, int ldc, int m, int n0, int nv)
+{
+    for (int i = 0; i < m; i++, C += ldc)
+        for (int c = n0; c < n0 + nv; c += 16)
+            __builtin_prefetch(C + c, 0, 2);
+}
+
 static inline void kime_gemm_drive(const kime_gemm_plan *p, int nthreads)
 {
     const int tiles = (p->M + p->mr - 1) / p->mr;
