@@ -11,5 +11,9 @@ def attention(qkv: np.ndarray, cu: np.ndarray, H: int, hd: int, half_window: int
               out: Optional[np.ndarray] = ..., threads: int = ...,
               positions: Optional[np.ndarray] = ...,
               option_ids: Optional[np.ndarray] = ..., precision: str = ...) -> np.ndarray: ...
+def attention_rope(qkv: np.ndarray, cu: np.ndarray, H: int, hd: int, half_window: int,
+                   cos: np.ndarray, sin: np.ndarray, out: Optional[np.ndarray] = ...,
+                   threads: int = ..., positions: Optional[np.ndarray] = ...,
+                   option_ids: Optional[np.ndarray] = ..., precision: str = ...) -> np.ndarray: ...
 def attention_some(q: np.ndarray, qcu: np.ndarray, qkv: np.ndarray, cu: np.ndarray, H: int,
                    hd: int, threads: int = ..., precision: str = ...) -> np.ndarray: ...

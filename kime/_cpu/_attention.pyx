@@ -26,6 +26,10 @@ cdef extern from "kernels.h" nogil:
     void kime_attention(int precision, const float *qkv, const int32_t *cu, int R, int H, int hd,
                         int half_window, const int32_t *pos, const int32_t *opt, float *out,
                         int ldo, float *scratch, int nthreads)
+    void kime_attention_rope(int precision, float *qkv, const int32_t *cu, int R, int H, int hd,
+                             int half_window, const int32_t *pos, const int32_t *opt,
+                             const float *cos_table, const float *sin_table, float *out, int ldo,
+                             float *scratch, int nthreads)
     void kime_attention_some(int precision, const float *q, int ldq, const int32_t *qcu,
                              const float *qkv, const int32_t *cu, int R, int H, int hd,
                              float *out, int ldo, float *scratch, int nthreads)
@@ -75,17 +79,14 @@ cdef const int32_t *_ids(const int32_t[::1] ids, Py_ssize_t T, str name) except?
     return &ids[0] if T else NULL
 
 
-def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:, ::1] cos,
-         const float[:, ::1] sin, int threads=1, const int32_t[::1] positions=None) -> None:
-    """Rotate-half RoPE in place on q and k; cos and sin are [max_pos, hd/2] tables. A token's
-    position is positions[t] when given, else its index in its row."""
-    _check(qkv, cu, H, hd, threads)
+cdef int _check_tables(const int32_t[::1] cu, int hd, const float[:, ::1] cos,
+                      const float[:, ::1] sin, const int32_t *pos) except -1:
+    """RoPE's tables against the head dim, and every position against the tables."""
     if hd % 2:
         raise ValueError(f"rope needs an even head dim, got {hd}")
     if cos.shape[1] != hd // 2 or sin.shape[0] != cos.shape[0] or sin.shape[1] != cos.shape[1]:
         raise ValueError(f"cos and sin must both be [max_pos, {hd // 2}]")
     cdef Py_ssize_t r, t
-    cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
     if pos == NULL:
         for r in range(cu.shape[0] - 1):
             if cu[r + 1] - cu[r] > cos.shape[0]:
@@ -95,6 +96,16 @@ def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:,
             if pos[t] < 0 or pos[t] >= cos.shape[0]:
                 raise ValueError(f"positions[{t}] = {pos[t]} is outside the tables' "
                                  f"{cos.shape[0]} positions")
+    return 0
+
+
+def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:, ::1] cos,
+         const float[:, ::1] sin, int threads=1, const int32_t[::1] positions=None) -> None:
+    """Rotate-half RoPE in place on q and k; cos and sin are [max_pos, hd/2] tables. A token's
+    position is positions[t] when given, else its index in its row."""
+    _check(qkv, cu, H, hd, threads)
+    cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
+    _check_tables(cu, hd, cos, sin, pos)
     cdef int R = cu.shape[0] - 1
     with nogil:
         kime_rope(&qkv[0, 0], qkv.shape[0], &cu[0], R, H, hd, &cos[0, 0], &sin[0, 0], pos,
@@ -126,6 +137,35 @@ def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int
     with nogil:
         kime_attention(prec, &qkv[0, 0], &cu[0], R, H, hd, half_window, pos, opt, &o[0, 0], ldo,
                        &scratch[0], threads)
+    return out
+
+
+def attention_rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int half_window,
+                   const float[:, ::1] cos, const float[:, ::1] sin, out=None, int threads=1,
+                   const int32_t[::1] positions=None, const int32_t[::1] option_ids=None,
+                   str precision="f32"):
+    """`rope` then `attention` in one call, with their bits: with BF16 products q and k are
+    rotated as they are read and qkv is left as it was; with FP32 products qkv is rotated in
+    place first (the kernel reads the keys where they lie)."""
+    _check(qkv, cu, H, hd, threads)
+    cdef int prec = _precision(precision)
+    if (positions is None) != (option_ids is None):
+        raise ValueError("positions and option_ids go together: give both or neither")
+    cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
+    cdef const int32_t *opt = _ids(option_ids, qkv.shape[0], "option_ids")
+    _check_tables(cu, hd, cos, sin, pos)
+    if out is None:
+        out = np.zeros((qkv.shape[0], H * hd), dtype=np.float32)
+    cdef float[:, :] o = out
+    if o.shape[0] != qkv.shape[0] or o.shape[1] != H * hd or o.strides[1] != sizeof(float):
+        raise ValueError(f"out must be [{qkv.shape[0]}, {H * hd}] float32 with unit column stride")
+    cdef int R = cu.shape[0] - 1
+    cdef int ldo = o.strides[0] // sizeof(float)
+    cdef float[::1] scratch = np.empty(
+        kime_attention_scratch_floats(prec, qkv.shape[0], H, hd, threads), dtype=np.float32)
+    with nogil:
+        kime_attention_rope(prec, &qkv[0, 0], &cu[0], R, H, hd, half_window, pos, opt,
+                            &cos[0, 0], &sin[0, 0], &o[0, 0], ldo, &scratch[0], threads)
     return out
 
 

@@ -9,7 +9,8 @@
  *     (laya's rule, kime.layout.parallel_layout), against a double reference with
  *     FP32.attention's tolerance (tests/tolerances.py: 1e-5 + 1e-5 * |want|);
  *   - RoPE: to the bit against x * cos + rotate_half(x) * sin with each product rounded (the
- *     reference's float32 bits), by row index and by position ids;
+ *     reference's float32 bits), by row index and by position ids; and BF16 attention with
+ *     RoPE inside (kime_attention_rope) to the bit against RoPE then attention;
  *   - BF16 attention (KIME_ATTN_BF16) on the same batches: against double on its own rounded
  *     operands (the scaled queries, keys and values rounded to bfloat16 as the kernel rounds
  *     them, bf16.h), within FP32's tolerance plus 2^-8 of the probability-weighted mean |v|
@@ -296,6 +297,24 @@ static uint64_t check_rope(const batch *b, int by_pos, int level, int c)
     kime_rope(y, b->T, b->cu, b->R, H, hd, cs, sn, by_pos ? pos : NULL, 3);
     if (memcmp(x, y, n * sizeof(float)))
         FAIL("rope threads level=%d case=%d: 3 threads differ", level, c);
+    /* kime_attention_rope with BF16 products rotates q and k as it reads them: the bits of
+     * kime_attention on the rotated batch, and qkv left as it was */
+    const size_t o = (size_t)b->T * H * hd;
+    int32_t *opt = aligned((size_t)b->T * sizeof(int32_t));
+    float *want = aligned(o * sizeof(float)), *got = aligned(o * sizeof(float));
+    float *scr = aligned(kime_attention_scratch_floats(KIME_ATTN_BF16, b->T, H, hd, 3) *
+                         sizeof(float));
+    memset(opt, 0, (size_t)b->T * sizeof(int32_t));
+    memcpy(y, b->qkv, n * sizeof(float));
+    kime_attention(KIME_ATTN_BF16, x, b->cu, b->R, H, hd, b->w, by_pos ? pos : NULL,
+                   by_pos ? opt : NULL, want, H * hd, scr, 3);
+    kime_attention_rope(KIME_ATTN_BF16, y, b->cu, b->R, H, hd, b->w, by_pos ? pos : NULL,
+                        by_pos ? opt : NULL, cs, sn, got, H * hd, scr, 3);
+    if (memcmp(want, got, o * sizeof(float)))
+        FAIL("attention_rope bits level=%d case=%d hd=%d pos=%d", level, c, hd, by_pos);
+    if (memcmp(y, b->qkv, n * sizeof(float)))
+        FAIL("attention_rope level=%d case=%d: wrote qkv", level, c);
+    free(opt), free(want), free(got), free(scr);
     const uint64_t h = fnv(0xcbf29ce484222325ULL, x, n);
     free(x), free(y), free(cs), free(sn), free(pos);
     return h;

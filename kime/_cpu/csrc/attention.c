@@ -85,6 +85,45 @@ static inline float exp2_c(float x)
     return x >= -125.0f ? EXP2_POLY(y - n, MADD, SAME) * e.f : 0.0f;
 }
 
+/* ---- RoPE ----------------------------------------------------------------------------------- */
+
+/* One rotate-half pair: a = x[i], b = x[i + hd/2] by the table entries c, s. Plain C: without FMA
+ * contraction (the x86-64 baseline; this file's -ffp-contract=off elsewhere) it gives the same
+ * bits as the reference's x * cos + rotate_half(x) * sin, wherever it is inlined. */
+static inline void rope_pair(float a, float b, float c, float s, float *lo, float *hi)
+{
+    const float ac = a * c, bs = b * s, bc = b * c, as = a * s;
+    *lo = ac - bs;
+    *hi = bc + as;
+}
+
+/* One head's hd values x rotated into y (not x). c, s: hd/2 entries. */
+typedef void (*rope_head_fn)(const float *x, float *y, int hd, const float *c, const float *s);
+static void rope_head(const float *x, float *y, int hd, const float *c, const float *s)
+{
+    const int half = hd / 2;
+    const float *restrict xa = x, *restrict xb = x + half;
+    float *restrict ya = y, *restrict yb = y + half;
+    for (int i = 0; i < half; i++)
+        rope_pair(xa[i], xb[i], c[i], s[i], ya + i, yb + i);
+}
+#ifdef KIME_X86
+/* rope_pair's arithmetic on 16 lanes (a product and a difference or sum, each rounded once) */
+__attribute__((target("avx512f"))) static void rope_head_512(const float *x, float *y, int hd,
+                                                             const float *c, const float *s)
+{
+    const int half = hd / 2;
+    for (int i = 0; i < half; i += 16) {
+        const __mmask16 m = half - i >= 16 ? 0xffff : (__mmask16)((1u << (half - i)) - 1);
+        const __m512 a = _mm512_maskz_loadu_ps(m, x + i), b = _mm512_maskz_loadu_ps(m, x + half + i);
+        const __m512 vc = _mm512_maskz_loadu_ps(m, c + i), vs = _mm512_maskz_loadu_ps(m, s + i);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_sub_ps(_mm512_mul_ps(a, vc), _mm512_mul_ps(b, vs)));
+        _mm512_mask_storeu_ps(y + half + i, m,
+                              _mm512_add_ps(_mm512_mul_ps(b, vc), _mm512_mul_ps(a, vs)));
+    }
+}
+#endif
+
 /* ---- portable C -------------------------------------------------------------------------- */
 
 static void tile_c(const float *a, ptrdiff_t ra, ptrdiff_t xa, int R,
@@ -429,16 +468,20 @@ static void softmax_neon(float *s, int kn, int delta, int w, float *m, float *l,
 
 /* Floats of one thread's scratch, a multiple of 16 so every thread's slice stays 64-B aligned:
  * the FP32 path's QT, OT, S, m, l and alpha, then the BF16 path's words (attention_bf16.h). */
+static size_t rope_block_floats(int hd) { return (size_t)QB * hd; }
+
 static size_t thread_floats(int hd)
 {
-    return ((size_t)2 * hd * QB + KB * QB + 3 * QB + bf16_item_words(hd) + 15) & ~(size_t)15;
+    return ((size_t)2 * hd * QB + KB * QB + 3 * QB + bf16_item_words(hd) + rope_block_floats(hd) +
+            15) & ~(size_t)15;
 }
 
 size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd, int nthreads)
 {
     size_t n = (size_t)(nthreads < 1 ? 1 : nthreads) * thread_floats(hd) + 16; /* + alignment */
-    if (precision == KIME_ATTN_BF16) /* k2 and v2, each from a 64-byte boundary */
-        n += bf16_keys_words(tokens, heads, hd) + bf16_values_words(tokens, heads, hd) + 32;
+    if (precision == KIME_ATTN_BF16) /* k2, v2 and kr, each from a 64-byte boundary */
+        n += bf16_keys_words(tokens, heads, hd) + bf16_values_words(tokens, heads, hd) +
+             (size_t)(nthreads < 1 ? 1 : nthreads) * 2 * heads * hd + 48;
     return n;
 }
 
@@ -569,8 +612,8 @@ static void results_out(int vec, const float *ot, const float *l, int qn, int hd
  * into k2 and v2, and the tile over pairs. */
 typedef struct {
     void (*lanes)(const float *x, int n, uint32_t *out);
-    void (*kv_pair)(const float *x0, const float *x1, int H, int hd, uint32_t *k0, uint32_t *k1,
-                    uint32_t *vp);
+    void (*kv_pair)(const float *kx0, const float *kx1, const float *vx0, const float *vx1, int H,
+                    int hd, uint32_t *k0, uint32_t *k1, uint32_t *vp);
     void (*tile)(const uint32_t *a, ptrdiff_t ra, ptrdiff_t xa, int R, const uint32_t *b, int X,
                  float *c, const float *alpha);
 } bf16_ops;
@@ -587,6 +630,11 @@ typedef struct {
     int64_t total;
     float *out, *base;
     uint32_t *k2, *v2; /* BF16: every key and value of the call (attention_bf16.h) */
+    /* RoPE tables ([max_pos][hd/2]) when the call rotates q and k as it reads them (BF16
+     * products: kime_attention_rope), else NULL; kr: each thread's two rotated key rows */
+    const float *rcos, *rsin;
+    float *kr;
+    rope_head_fn rope;
 } attend_job;
 
 /* One item's scratch (the FP32 path's arrays, then the BF16 path's words), and for BF16 its
@@ -594,6 +642,7 @@ typedef struct {
 typedef struct {
     float *qt, *ot, *s, *m, *l, *alpha;
     uint32_t *q2, *p2;
+    float *qr; /* the block's queries rotated (RoPE), [QB][hd] */
     const uint32_t *k2, *v2;
 } item_scratch;
 
@@ -606,16 +655,27 @@ static item_scratch item_arrays(const attend_job *j, float *scr, const uint32_t 
     a.m = a.s + KB * QB, a.l = a.m + QB, a.alpha = a.l + QB;
     a.q2 = (uint32_t *)(a.alpha + QB);
     a.p2 = a.q2 + (size_t)(hd + 1) / 2 * QB;
+    a.qr = scr + thread_floats(hd) - rope_block_floats(hd);
     a.k2 = k2 ? k2 + (size_t)h * ((hd + 1) / 2) : NULL;
     a.v2 = v2 ? v2 + (size_t)h * hd : NULL;
     return a;
 }
 
-/* The item's queries in: QT, and its pairs for BF16 products; OT, m and l cleared. */
+/* The item's queries in: QT, and its pairs for BF16 products; OT, m and l cleared. When the
+ * call rotates (j->rcos), query i is at position qpos[i] (qpos: the row's position ids from the
+ * block's first query) or i0 + i, rotated into qr first. */
 static void item_start(const attend_job *j, const float *q, ptrdiff_t ldq, int qn,
-                       const item_scratch *a)
+                       const item_scratch *a, const int32_t *qpos, int i0)
 {
     const int hd = j->hd;
+    if (j->rcos) {
+        const int half = hd / 2;
+        for (int i = 0; i < qn; i++) {
+            const ptrdiff_t p = (ptrdiff_t)(qpos ? qpos[i] : i0 + i) * half;
+            j->rope(q + i * ldq, a->qr + (size_t)i * hd, hd, j->rcos + p, j->rsin + p);
+        }
+        q = a->qr, ldq = hd;
+    }
     queries_in(j->vec, q, ldq, qn, hd, LOG2E / sqrtf((float)hd), a->qt);
     if (j->bf16)
         j->bf16->lanes(a->qt, hd, a->q2);
@@ -663,7 +723,7 @@ static void attend_block(const attend_job *j, const float *q, ptrdiff_t ldq, int
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
     if (w >= n - 1) /* a window covering the row is full attention, and needs no mask */
         w = -1;
-    item_start(j, q, ldq, qn, &a);
+    item_start(j, q, ldq, qn, &a, NULL, i0);
     /* Keys any query of the block can see; blocks wholly outside the window are never visited. */
     const int lo = w < 0 || i0 < w ? 0 : i0 - w;
     const int hi = w < 0 || i0 + qn + w > n ? n : i0 + qn + w;
@@ -689,7 +749,7 @@ static void attend_block_masked(const attend_job *j, const float *q, ptrdiff_t l
     const int H = j->H, hd = j->hd;
     const item_scratch a = item_arrays(j, scr, k2, v2, h);
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
-    item_start(j, q, ldq, qn, &a);
+    item_start(j, q, ldq, qn, &a, pos + i0, i0);
     /* Padded lanes take query 0's ids: they see what it sees (and are never written out), so
      * the bounds below are those of the real queries. */
     int32_t qp[QB], qo[QB];
@@ -782,7 +842,7 @@ static void kv_task(void *ctx, int task, int tid)
     const int64_t p0 = (int64_t)task * j->chunk;
     const int64_t p1 = p0 + j->chunk < j->total ? p0 + j->chunk : j->total;
     const unsigned long flush = bf16_flush_on();
-    (void)tid;
+    float *kr = j->kr + (size_t)tid * 2 * H * hd; /* with RoPE: the pair's keys, rotated */
     int r = 0;
     int64_t first = 0; /* pair rows before row r */
     for (int64_t p = p0; p < p1; p++) {
@@ -790,8 +850,20 @@ static void kv_task(void *ctx, int task, int tid)
             first += row_pairs(cu, r++);
         const int t0 = cu[r] + 2 * (int)(p - first), t1 = t0 + 1 < cu[r + 1] ? t0 + 1 : -1;
         uint32_t *k0 = j->k2 + (size_t)(t0 - cu[0]) * H * hd2;
-        j->bf16->kv_pair(j->qkv + (ptrdiff_t)t0 * j->ld,
-                         t1 < 0 ? NULL : j->qkv + (ptrdiff_t)t1 * j->ld, H, hd, k0,
+        const float *x0 = j->qkv + (ptrdiff_t)t0 * j->ld, *x1 = x0 + j->ld;
+        const float *kx0 = x0 + (size_t)H * hd, *kx1 = t1 < 0 ? NULL : x1 + (size_t)H * hd;
+        if (j->rcos) {
+            for (int u = 0; u < (t1 < 0 ? 1 : 2); u++) {
+                const int t = t0 + u, half = hd / 2;
+                const ptrdiff_t at = (ptrdiff_t)(j->pos ? j->pos[t] : t - cu[r]) * half;
+                for (int h = 0; h < H; h++)
+                    j->rope((u ? kx1 : kx0) + (size_t)h * hd, kr + ((size_t)u * H + h) * hd,
+                              hd, j->rcos + at, j->rsin + at);
+            }
+            kx0 = kr, kx1 = t1 < 0 ? NULL : kr + (size_t)H * hd;
+        }
+        j->bf16->kv_pair(kx0, kx1, x0 + (size_t)2 * H * hd,
+                         t1 < 0 ? NULL : x1 + (size_t)2 * H * hd, H, hd, k0,
                          k0 + (size_t)H * hd2, j->v2 + (size_t)p * H * hd);
     }
     bf16_flush_restore(flush);
@@ -820,6 +892,11 @@ static void attend_task(void *ctx, int task, int tid)
         const ptrdiff_t at = (ptrdiff_t)qcu[r] + i0;
         const uint32_t *k2 = j->k2 ? j->k2 + (size_t)(cu[r] - cu[0]) * H * ((hd + 1) / 2) : NULL;
         const uint32_t *v2 = j->v2 ? j->v2 + (size_t)pairs * H * hd : NULL;
+        /* The next item is most often this head's next block: ask for its queries (rows ldq
+         * apart, which no hardware prefetcher follows) while this one runs. */
+        for (int i = i0 + QB; i < i0 + 2 * QB && i < nq; i++)
+            for (int d = 0; d < hd; d += 16)
+                __builtin_prefetch(j->q + (at + i - i0) * ldq + (ptrdiff_t)h * hd + d, 0, 2);
         if (j->pos)
             attend_block_masked(j, j->q + at * ldq + (ptrdiff_t)h * hd, ldq,
                                 nq - i0 < QB ? nq - i0 : QB, j->qkv + (ptrdiff_t)cu[r] * ld, k2,
@@ -840,12 +917,14 @@ static void attend_task(void *ctx, int task, int tid)
  * half_window must be < 0 and pos, opt NULL. */
 static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int32_t *qcu,
                         const float *qkv, const int32_t *cu, int R, int H, int hd,
-                        int half_window, const int32_t *pos, const int32_t *opt, float *out,
-                        int ldo, float *scratch, int nthreads)
+                        int half_window, const int32_t *pos, const int32_t *opt,
+                        const float *rcos, const float *rsin, float *out, int ldo,
+                        float *scratch, int nthreads)
 {
     attend_job j = {tile_c, softmax_c, 0, NULL, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos,
                     opt, R, H, hd, half_window, ldo, 1, 0, out,
-                    (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), NULL, NULL};
+                    (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), NULL, NULL, NULL, NULL,
+                    NULL, NULL};
     const int isa = kime_isa_detect();
 #ifdef KIME_X86
     if (isa == KIME_ISA_AVX512)
@@ -872,6 +951,13 @@ static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int3
                                                       thread_floats(hd)) + 63) & ~(uintptr_t)63);
         j.v2 = (uint32_t *)(((uintptr_t)(j.k2 + bf16_keys_words(tokens, H, hd)) + 63) &
                             ~(uintptr_t)63);
+        j.kr = (float *)(((uintptr_t)(j.v2 + bf16_values_words(tokens, H, hd)) + 63) &
+                         ~(uintptr_t)63);
+        j.rcos = rcos, j.rsin = rsin, j.rope = rope_head;
+#ifdef KIME_X86
+        if (isa == KIME_ISA_AVX512)
+            j.rope = rope_head_512;
+#endif
         for (int r = 0; r < R; r++)
             j.total += row_pairs(cu, r);
         j.chunk = kime_chunk((int)j.total, nthreads, 4, 4);
@@ -892,32 +978,27 @@ void kime_attention(int precision, const float *qkv, const int32_t *cu, int R, i
     if (!pos || !opt) /* both or neither */
         pos = opt = NULL;
     attend_rows(precision, qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, pos,
-                opt, out, ldo, scratch, nthreads);
+                opt, NULL, NULL, out, ldo, scratch, nthreads);
 }
 
 void kime_attention_some(int precision, const float *q, int ldq, const int32_t *qcu,
                          const float *qkv, const int32_t *cu, int R, int H, int hd, float *out,
                          int ldo, float *scratch, int nthreads)
 {
-    attend_rows(precision, q, ldq, qcu, qkv, cu, R, H, hd, -1, NULL, NULL, out, ldo, scratch,
-                nthreads);
+    attend_rows(precision, q, ldq, qcu, qkv, cu, R, H, hd, -1, NULL, NULL, NULL, NULL, out, ldo,
+                scratch, nthreads);
 }
 
-/* Rotate-half RoPE of one token's q and k heads by the table rows c, s. Plain C: it is
- * memory-bound and elementwise, and without FMA contraction (the x86-64 baseline; this file's
- * -ffp-contract=off elsewhere) it gives the same bits as the reference's
- * x * cos + rotate_half(x) * sin. On aarch64 GCC vectorises the loop into NEON (fmul/fsub/fadd on 4 lanes), so it needs no intrinsics. */
+/* Rotate-half RoPE of one token's q and k heads by the table rows c, s, in place (rope_pair's
+ * bits). It is memory-bound and elementwise: GCC vectorises the loop (SSE on x86-64, NEON's
+ * fmul/fsub/fadd on aarch64), so it needs no intrinsics. */
 static inline void rope_token(float *x, int H, int hd, const float *c,
                               const float *s)
 {
     const int half = hd / 2;
     for (int u = 0; u < 2 * H; u++, x += hd) /* q heads, then k heads */
-        for (int i = 0; i < half; i++) {
-            const float a = x[i], b = x[i + half];
-            const float ac = a * c[i], bs = b * s[i], bc = b * c[i], as = a * s[i];
-            x[i] = ac - bs;
-            x[i + half] = bc + as;
-        }
+        for (int i = 0; i < half; i++)
+            rope_pair(x[i], x[i + half], c[i], s[i], x + i, x + i + half);
 }
 
 typedef struct {
@@ -958,4 +1039,21 @@ void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd,
         return;
     rope_job j = {qkv, cu, pos, cos_table, sin_table, R, H, hd, kime_chunk(n, nthreads, 4, 8)};
     kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, rope_task, &j);
+}
+
+void kime_attention_rope(int precision, float *qkv, const int32_t *cu, int R, int H, int hd,
+                         int half_window, const int32_t *pos, const int32_t *opt,
+                         const float *cos_table, const float *sin_table, float *out, int ldo,
+                         float *scratch, int nthreads)
+{
+    if (!pos || !opt)
+        pos = opt = NULL;
+    if (precision != KIME_ATTN_BF16) { /* the FP32 tiles read the keys where they lie */
+        kime_rope(qkv, cu[R] - cu[0], cu, R, H, hd, cos_table, sin_table, pos, nthreads);
+        kime_attention(precision, qkv, cu, R, H, hd, half_window, pos, opt, out, ldo, scratch,
+                       nthreads);
+        return;
+    }
+    attend_rows(precision, qkv, (ptrdiff_t)3 * H * hd, cu, qkv, cu, R, H, hd, half_window, pos,
+                opt, cos_table, sin_table, out, ldo, scratch, nthreads);
 }

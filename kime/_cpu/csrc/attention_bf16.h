@@ -123,24 +123,26 @@ static void lanes_bf16_c(const float *x, int n, uint32_t *out)
             out[y * QB + i] = pair_c(x[2 * y * QB + i], 2 * y + 1 < n ? x[(2 * y + 1) * QB + i] : 0);
 }
 
-/* One row's tokens x0 and x1 (qkv rows; x1 NULL past the row's end): their keys into k0 and k1
- * ([H][hd2] words each) and their values into the pair row vp ([H][hd] words). */
-static void kv_pair_bf16_c(const float *x0, const float *x1, int H, int hd, uint32_t *k0,
-                           uint32_t *k1, uint32_t *vp)
+/* One row's tokens 0 and 1 (token 1 NULL past the row's end): their keys (kx0, kx1: H heads of
+ * hd floats) into k0 and k1 ([H][hd2] words each) and their values (vx0, vx1, the same layout)
+ * into the pair row vp ([H][hd] words). */
+static void kv_pair_bf16_c(const float *kx0, const float *kx1, const float *vx0,
+                           const float *vx1, int H, int hd, uint32_t *k0, uint32_t *k1,
+                           uint32_t *vp)
 {
     const int hd2 = (hd + 1) / 2;
     for (int h = 0; h < H; h++) {
         for (int t = 0; t < 2; t++) {
-            const float *k = t ? x1 : x0;
+            const float *k = t ? kx1 : kx0;
             if (!k)
                 continue;
-            k += (size_t)(H + h) * hd;
+            k += (size_t)h * hd;
             uint32_t *out = (t ? k1 : k0) + (size_t)h * hd2;
             for (int x = 0; x < hd2; x++)
                 out[x] = pair_c(k[2 * x], 2 * x + 1 < hd ? k[2 * x + 1] : 0);
         }
-        const float *v0 = x0 + (size_t)(2 * H + h) * hd;
-        const float *v1 = x1 ? x1 + (size_t)(2 * H + h) * hd : NULL;
+        const float *v0 = vx0 + (size_t)h * hd;
+        const float *v1 = vx1 ? vx1 + (size_t)h * hd : NULL;
         for (int d = 0; d < hd; d++)
             vp[(size_t)h * hd + d] = pair_c(v0[d], v1 ? v1[d] : 0);
     }
@@ -187,7 +189,8 @@ __attribute__((target("avx2"))) static void lanes_bf16_256(const float *x, int n
         }
 }
 
-__attribute__((target("avx2"))) static void kv_pair_bf16_256(const float *x0, const float *x1,
+__attribute__((target("avx2"))) static void kv_pair_bf16_256(const float *kx0, const float *kx1,
+                                                             const float *vx0, const float *vx1,
                                                              int H, int hd, uint32_t *k0,
                                                              uint32_t *k1, uint32_t *vp)
 {
@@ -197,10 +200,10 @@ __attribute__((target("avx2"))) static void kv_pair_bf16_256(const float *x0, co
     const __m256i order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
     for (int h = 0; h < H; h++) {
         for (int t = 0; t < 2; t++) {
-            const float *k = t ? x1 : x0;
+            const float *k = t ? kx1 : kx0;
             if (!k)
                 continue;
-            k += (size_t)(H + h) * hd;
+            k += (size_t)h * hd;
             uint32_t *out = (t ? k1 : k0) + (size_t)h * hd2;
             int x = 0;
             for (; 2 * x + 16 <= hd; x += 8) {
@@ -212,8 +215,8 @@ __attribute__((target("avx2"))) static void kv_pair_bf16_256(const float *x0, co
             for (; x < hd2; x++)
                 out[x] = pair_c(k[2 * x], 2 * x + 1 < hd ? k[2 * x + 1] : 0);
         }
-        const float *v0 = x0 + (size_t)(2 * H + h) * hd;
-        const float *v1 = x1 ? x1 + (size_t)(2 * H + h) * hd : NULL;
+        const float *v0 = vx0 + (size_t)h * hd;
+        const float *v1 = vx1 ? vx1 + (size_t)h * hd : NULL;
         uint32_t *out = vp + (size_t)h * hd;
         int d = 0;
         for (; d + 8 <= hd; d += 8)
@@ -307,17 +310,18 @@ TBF static void lanes_bf16_512(const float *x, int n, uint32_t *out)
         }
 }
 
-TBF static void kv_pair_bf16_512(const float *x0, const float *x1, int H, int hd, uint32_t *k0,
-                                 uint32_t *k1, uint32_t *vp)
+TBF static void kv_pair_bf16_512(const float *kx0, const float *kx1, const float *vx0,
+                                 const float *vx1, int H, int hd, uint32_t *k0, uint32_t *k1,
+                                 uint32_t *vp)
 {
     const int hd2 = (hd + 1) / 2;
     for (int h = 0; h < H; h++) {
         for (int t = 0; t < 2; t++) {
-            const float *x = t ? x1 : x0;
+            const float *x = t ? kx1 : kx0;
             uint32_t *k = (t ? k1 : k0) + (size_t)h * hd2;
             if (!x)
                 continue;
-            x += (size_t)(H + h) * hd;
+            x += (size_t)h * hd;
             for (int d = 0; d < hd; d += 32) {
                 const __m512 a = _mm512_maskz_loadu_ps(first16(hd - d), x + d);
                 const __m512 b = _mm512_maskz_loadu_ps(first16(hd - d - 16), x + d + 16);
@@ -325,8 +329,8 @@ TBF static void kv_pair_bf16_512(const float *x0, const float *x1, int H, int hd
                                          (__m512i)_mm512_cvtne2ps_pbh(b, a));
             }
         }
-        const float *v0 = x0 + (size_t)(2 * H + h) * hd;
-        const float *v1 = x1 ? x1 + (size_t)(2 * H + h) * hd : NULL;
+        const float *v0 = vx0 + (size_t)h * hd;
+        const float *v1 = vx1 ? vx1 + (size_t)h * hd : NULL;
         for (int d = 0; d < hd; d += 16) {
             const __mmask16 m = first16(hd - d);
             const __m512 lo = _mm512_maskz_loadu_ps(m, v0 + d);
@@ -403,17 +407,18 @@ static void lanes_bf16_neon(const float *x, int n, uint32_t *out)
     }
 }
 
-static void kv_pair_bf16_neon(const float *x0, const float *x1, int H, int hd, uint32_t *k0,
-                              uint32_t *k1, uint32_t *vp)
+static void kv_pair_bf16_neon(const float *kx0, const float *kx1, const float *vx0,
+                              const float *vx1, int H, int hd, uint32_t *k0, uint32_t *k1,
+                              uint32_t *vp)
 {
     const int hd2 = (hd + 1) / 2;
     const float32x4_t z = vdupq_n_f32(0.0f);
     for (int h = 0; h < H; h++) {
         for (int t = 0; t < 2; t++) {
-            const float *k = t ? x1 : x0;
+            const float *k = t ? kx1 : kx0;
             if (!k)
                 continue;
-            k += (size_t)(H + h) * hd;
+            k += (size_t)h * hd;
             uint32_t *out = (t ? k1 : k0) + (size_t)h * hd2;
             int x = 0;
             for (; 2 * x + 8 <= hd; x += 4) {
@@ -423,8 +428,8 @@ static void kv_pair_bf16_neon(const float *x0, const float *x1, int H, int hd, u
             for (; x < hd2; x++)
                 out[x] = pair_c(k[2 * x], 2 * x + 1 < hd ? k[2 * x + 1] : 0);
         }
-        const float *v0 = x0 + (size_t)(2 * H + h) * hd;
-        const float *v1 = x1 ? x1 + (size_t)(2 * H + h) * hd : NULL;
+        const float *v0 = vx0 + (size_t)h * hd;
+        const float *v1 = vx1 ? vx1 + (size_t)h * hd : NULL;
         uint32_t *out = vp + (size_t)h * hd;
         int d = 0;
         for (; d + 4 <= hd; d += 4)

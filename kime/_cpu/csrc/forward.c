@@ -331,10 +331,11 @@ static void encoder_layer(const kime_model *m, const kime_arena *a, const kime_l
         in = a->h;
     }
     linear(m, a, L, in, d, n, d, 3 * d, L->qkv, L->qkv_b, KIME_EPI_STORE, a->qkv, 3 * d, nthreads);
-    kime_rope(a->qkv, n, cu, rows, m->heads, hd, L->is_global ? m->cos_global : m->cos_local,
-              L->is_global ? m->sin_global : m->sin_local, pos, nthreads);
-    kime_attention(L->attn, a->qkv, cu, rows, m->heads, hd, L->is_global ? -1 : m->half_window,
-                   pos, opt, a->attn, d, a->attn_scratch, nthreads);
+    kime_attention_rope(L->attn, a->qkv, cu, rows, m->heads, hd,
+                        L->is_global ? -1 : m->half_window, pos, opt,
+                        L->is_global ? m->cos_global : m->cos_local,
+                        L->is_global ? m->sin_global : m->sin_local, a->attn, d, a->attn_scratch,
+                        nthreads);
     linear(m, a, L, a->attn, d, n, d, d, L->out, L->out_b, KIME_EPI_ACCUM, a->x, d, nthreads);
     kime_layer_norm(a->x, a->h, n, d, L->norm2_w, L->norm2_b, m->norm_eps, nthreads);
     linear(m, a, L, a->h, d, n, d, 2 * m->inter, L->up, L->up_b, KIME_EPI_GEGLU, a->ffn, m->inter,

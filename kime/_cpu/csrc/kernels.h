@@ -119,6 +119,15 @@ size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int h
 void kime_attention(int precision, const float *qkv, const int32_t *cu, int R, int H, int hd,
                     int half_window, const int32_t *pos, const int32_t *opt, float *out, int ldo,
                     float *scratch, int nthreads);
+/* kime_rope on qkv's q and k with the same tables and positions (pos: the layout's position ids,
+ * or NULL), then kime_attention, in one call with the same bits. With BF16 products q and k are
+ * rotated as they are read (the keys as they are rounded into pairs, each block's queries into
+ * the item's scratch), which saves RoPE's pass over qkv, and qkv is left as it was; FP32
+ * products read the keys in place, so there kime_rope rotates qkv first. */
+void kime_attention_rope(int precision, float *qkv, const int32_t *cu, int R, int H, int hd,
+                         int half_window, const int32_t *pos, const int32_t *opt,
+                         const float *cos_table, const float *sin_table, float *out, int ldo,
+                         float *scratch, int nthreads);
 /* Full attention for some of each row's queries only: row r's queries are q's rows
  * qcu[r]..qcu[r+1] (row stride ldq, heads contiguous), its keys and values qkv's rows
  * cu[r]..cu[r+1]; results go to out's rows qcu[r]..qcu[r+1]. A query's result is the same bits
