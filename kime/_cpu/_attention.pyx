@@ -112,6 +112,22 @@ def rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, const float[:,
                   threads)
 
 
+cdef int _paired(positions, option_ids) except -1:
+    if (positions is None) != (option_ids is None):
+        raise ValueError("positions and option_ids go together: give both or neither")
+    return 0
+
+
+def _out(out, Py_ssize_t T, Py_ssize_t width):
+    """`out`, or a new zeroed [T, width] float32 array; checked: rows may be strided."""
+    if out is None:
+        out = np.zeros((T, width), dtype=np.float32)
+    cdef float[:, :] o = out
+    if o.shape[0] != T or o.shape[1] != width or o.strides[1] != sizeof(float):
+        raise ValueError(f"out must be [{T}, {width}] float32 with unit column stride")
+    return out
+
+
 def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int half_window,
               out=None, int threads=1, const int32_t[::1] positions=None,
               const int32_t[::1] option_ids=None, str precision="f32"):
@@ -121,15 +137,11 @@ def attention(const float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int
     i does not see key j when both are in option slots (id > 0) and the slots differ."""
     _check(qkv, cu, H, hd, threads)
     cdef int prec = _precision(precision)
-    if (positions is None) != (option_ids is None):
-        raise ValueError("positions and option_ids go together: give both or neither")
+    _paired(positions, option_ids)
     cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
     cdef const int32_t *opt = _ids(option_ids, qkv.shape[0], "option_ids")
-    if out is None:
-        out = np.zeros((qkv.shape[0], H * hd), dtype=np.float32)
+    out = _out(out, qkv.shape[0], H * hd)
     cdef float[:, :] o = out
-    if o.shape[0] != qkv.shape[0] or o.shape[1] != H * hd or o.strides[1] != sizeof(float):
-        raise ValueError(f"out must be [{qkv.shape[0]}, {H * hd}] float32 with unit column stride")
     cdef int R = cu.shape[0] - 1
     cdef int ldo = o.strides[0] // sizeof(float)
     cdef float[::1] scratch = np.empty(
@@ -149,16 +161,12 @@ def attention_rope(float[:, ::1] qkv, const int32_t[::1] cu, int H, int hd, int 
     place first (the kernel reads the keys where they lie)."""
     _check(qkv, cu, H, hd, threads)
     cdef int prec = _precision(precision)
-    if (positions is None) != (option_ids is None):
-        raise ValueError("positions and option_ids go together: give both or neither")
+    _paired(positions, option_ids)
     cdef const int32_t *pos = _ids(positions, qkv.shape[0], "positions")
     cdef const int32_t *opt = _ids(option_ids, qkv.shape[0], "option_ids")
     _check_tables(cu, hd, cos, sin, pos)
-    if out is None:
-        out = np.zeros((qkv.shape[0], H * hd), dtype=np.float32)
+    out = _out(out, qkv.shape[0], H * hd)
     cdef float[:, :] o = out
-    if o.shape[0] != qkv.shape[0] or o.shape[1] != H * hd or o.strides[1] != sizeof(float):
-        raise ValueError(f"out must be [{qkv.shape[0]}, {H * hd}] float32 with unit column stride")
     cdef int R = cu.shape[0] - 1
     cdef int ldo = o.strides[0] // sizeof(float)
     cdef float[::1] scratch = np.empty(
