@@ -204,7 +204,7 @@ pip_into() {
     [[ -d "$site" ]] || die "$site missing: the venv was not made"
     # The host byte-compiles them: a .pyc depends on the Python minor version only, and every
     # emulated process would otherwise compile what it imports.
-    "${PYTHON:-python3}" -m pip install -q --disable-pip-version-check --upgrade \
+    bash "$HERE/tools/retry.sh" "${PYTHON:-python3}" -m pip install -q --disable-pip-version-check --upgrade \
         --target "$site" "${platforms[@]}" --platform linux_aarch64 \
         --python-version "$pyver" --implementation cp --only-binary=:all: "$@"
 }

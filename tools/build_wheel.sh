@@ -64,7 +64,8 @@ py310() {
 }
 
 echo "== build kime $version: sdist, then the abi3 wheel from the sdist"
-"$python" -m build --outdir "$raw" . >"$raw/build.log" 2>&1 || { cat "$raw/build.log"; exit 1; }
+# Both builds fetch their build requirements: tools/retry.sh runs them again when a download is cut short.
+bash tools/retry.sh "$python" -m build --outdir "$raw" . >"$raw/build.log" 2>&1 || { cat "$raw/build.log"; exit 1; }
 grep -E "^Successfully built" "$raw/build.log"
 sdist="$raw/kime-$version.tar.gz"
 abi3=("$raw"/kime-"$version"-cp311-abi3-*.whl)
@@ -75,7 +76,7 @@ interp="$(py310)"
 if [[ -n "$interp" ]] && "$interp" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; then
     echo "== the cp310 wheel from the sdist, with $interp ($("$interp" --version 2>&1))"
     mkdir "$raw/cp310"
-    "$interp" -m pip wheel -q --disable-pip-version-check --no-deps -w "$raw/cp310" "$sdist" \
+    bash tools/retry.sh "$interp" -m pip wheel -q --disable-pip-version-check --no-deps -w "$raw/cp310" "$sdist" \
         >"$raw/build310.log" 2>&1 || { cat "$raw/build310.log"; exit 1; }
     cp310=("$raw"/cp310/kime-"$version"-cp310-cp310-*.whl)
     [[ -f "${cp310[0]}" ]] || { echo "build_wheel: pip wrote no cp310 wheel" >&2; exit 1; }

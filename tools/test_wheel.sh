@@ -27,7 +27,8 @@ path="${PATH}"
 export VIRTUAL_ENV="$work/venv"
 export PATH="$work/no-compiler:$VIRTUAL_ENV/bin:$path"
 unset PYTHONPATH
-install() { python -m pip install -q --disable-pip-version-check --only-binary :all: "$@"; }
+retry="$PWD/tools/retry.sh"  # downloads run again after a pause when cut short
+install() { bash "$retry" python -m pip install -q --disable-pip-version-check --only-binary :all: "$@"; }
 
 mkdir "$work/src"
 cp -r tests "$work/src/tests"

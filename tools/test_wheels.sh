@@ -54,7 +54,8 @@ trap cleanup EXIT
 bash tools/no_compiler.sh "$work/no-compiler"
 mkdir "$work/src"
 cp -r tests "$work/src/tests"
-cp pyproject.toml "$work/src/"  # pytest's settings (markers, timeout); no package is found there
+# pytest's settings (markers, timeout; no package is found there), and the download retry
+cp pyproject.toml tools/retry.sh "$work/src/"
 find "$work/src" -name __pycache__ -prune -exec rm -rf {} +
 
 # requirements KIND: kime's runtime and serve requirements (at their floors for KIND=floors) and
@@ -106,7 +107,10 @@ export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
 unset PYTHONPATH
 index=()
 [[ -z "$wheelhouse" ]] || index=(--no-index --find-links "$wheelhouse")
-python -m pip install -q --disable-pip-version-check --only-binary :all: "${index[@]}" -r "requirements-$label.txt"
+fetch=(bash "$here/retry.sh")  # on the host pip downloads, again after a pause when cut short
+[[ -z "$wheelhouse" ]] || fetch=()
+"${fetch[@]}" python -m pip install -q --disable-pip-version-check --only-binary :all: "${index[@]}" \
+    -r "requirements-$label.txt"
 rm -rf "picked-$label"
 python -m pip --isolated download -q --disable-pip-version-check --no-index --find-links dist \
     --only-binary :all: --no-deps -d "picked-$label" "kime==$version"
@@ -155,7 +159,7 @@ chroot_target() {  # chroot_target LABEL KIND: in the sid or bullseye chroot, wi
     glibc=$(sed -n '/^Package: libc6$/,/^$/s/^Version: 2\.\([0-9]*\).*/\1/p' "$root/var/lib/dpkg/status")
     local -a platforms=(--platform linux_x86_64 --platform manylinux2014_x86_64)
     for minor in $(seq 5 "$glibc"); do platforms+=(--platform "manylinux_2_${minor}_x86_64"); done
-    "$python" -m pip download -q --disable-pip-version-check --only-binary :all: \
+    bash tools/retry.sh "$python" -m pip download -q --disable-pip-version-check --only-binary :all: \
         --python-version "$pyver" --implementation cp "${platforms[@]}" \
         -d "$inside_root/wheelhouse" -r "$inside_root/requirements-$label.txt"
     bash "tools/${kind}_chroot.sh" run -- bash /kime-wheels/inside.sh "$interp" /kime-wheels \

@@ -1,0 +1,114 @@
+"""tools/retry.sh, which CI's downloads go through (PyPI downloads are sometimes cut short on
+these machines: stop 60's run ended after 16 s on a 79 MB wheel), and the rule that every pip
+command in CI and the build tools that can reach an index goes through it."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from ..paths import ROOT
+
+RETRY = ROOT / "tools" / "retry.sh"
+
+pytestmark = pytest.mark.skipif(
+    not RETRY.is_file() or shutil.which("bash") is None,
+    reason="not a source checkout with bash (the suite runs against an installed wheel)")
+
+
+def _run(tmp_path, script: str, attempts: int | None = None, pause: str = "0"):
+    """Runs retry.sh over a bash SCRIPT that counts its own runs in tmp_path/count."""
+    env = dict(os.environ, KIME_RETRY_PAUSE=pause)
+    env.pop("KIME_RETRIES", None)
+    if attempts is not None:
+        env["KIME_RETRIES"] = str(attempts)
+    counter = tmp_path / "count"
+    body = 'n=$(( $(cat "$1" 2>/dev/null || echo 0) + 1 )); echo "$n" > "$1"; ' + script
+    done = subprocess.run(["bash", str(RETRY), "bash", "-c", body, "probe", str(counter)],
+                          env=env, capture_output=True, text=True, timeout=60)
+    runs = int(counter.read_text()) if counter.exists() else 0
+    return done, runs
+
+
+def test_success_runs_once_and_passes_its_output_through(tmp_path):
+    done, runs = _run(tmp_path, 'echo "out $n"; echo "err $n" >&2')
+    assert (done.returncode, runs) == (0, 1)
+    assert done.stdout == "out 1\n" and done.stderr == "err 1\n"
+
+
+@pytest.mark.parametrize("fails", [1, 2])
+def test_a_command_cut_short_runs_again_until_it_succeeds(tmp_path, fails):
+    done, runs = _run(tmp_path, 'echo "try $n"; [ "$n" -gt %d ] || exit 7' % fails)
+    assert done.returncode == 0 and runs == fails + 1
+    assert done.stdout == "".join("try %d\n" % i for i in range(1, fails + 2))
+    named = re.findall(r"retry: attempt (\d+) of 3 failed \(rc 7\)", done.stderr)
+    assert named == [str(i) for i in range(1, fails + 1)]
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 4])
+def test_the_last_status_is_returned_after_every_attempt(tmp_path, attempts):
+    done, runs = _run(tmp_path, 'exit $(( 10 + n ))', attempts=attempts)
+    assert runs == attempts
+    assert done.returncode == 10 + attempts
+    assert done.stderr.count("retry: attempt") == attempts - 1
+
+
+def test_the_pause_grows_between_attempts(tmp_path):
+    start = time.monotonic()
+    done, runs = _run(tmp_path, "exit 3", attempts=3, pause="1")
+    elapsed = time.monotonic() - start
+    assert (done.returncode, runs) == (3, 3)
+    assert re.findall(r"again in (\d+) s", done.stderr) == ["1", "3"]
+    assert 4 <= elapsed < 30
+
+
+@pytest.mark.parametrize("attempts, pause", [("0", "0"), ("x", "0"), ("2", "-1"), ("2", "1.5")])
+def test_bad_settings_are_refused_before_anything_runs(tmp_path, attempts, pause):
+    env = dict(os.environ, KIME_RETRIES=attempts, KIME_RETRY_PAUSE=pause)
+    marker = tmp_path / "ran"
+    done = subprocess.run(["bash", str(RETRY), "touch", str(marker)], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and not marker.exists()
+    assert "KIME_RETRIES" in done.stderr and "'%s', '%s'" % (attempts, pause) in done.stderr
+
+
+def test_no_command_is_a_usage_error():
+    done = subprocess.run(["bash", str(RETRY)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "usage" in done.stderr
+
+
+# `python -m pip [global options] install|download|wheel`, on one logical line
+PIP = re.compile(r"-m pip(?: --?[a-z-]+(?: [^-\s]\S*)?)* (install|download|wheel)\b")
+
+
+def _logical_lines(text: str):
+    """Shell lines with their backslash continuations joined, with the first line's number."""
+    start, parts = None, []
+    for number, line in enumerate(text.splitlines(), 1):
+        start = start or number
+        if line.endswith("\\"):
+            parts.append(line[:-1])
+            continue
+        yield start, " ".join(parts + [line])
+        start, parts = None, []
+
+
+def test_every_pip_that_can_reach_an_index_goes_through_retry():
+    scripts = [ROOT / ".ci" / "run", ROOT / ".ci" / "arm64", *sorted((ROOT / "tools").glob("*.sh"))]
+    seen, bare = 0, []
+    for script in scripts:
+        for number, line in _logical_lines(script.read_text()):
+            if line.lstrip().startswith("#") or not PIP.search(line):
+                continue
+            seen += 1
+            offline = "--no-index" in line or (
+                "--no-deps" in line and "--no-build-isolation" in line)
+            through = "retry.sh" in line or '"${fetch[@]}"' in line or 'bash "$retry"' in line
+            if not (offline or through):
+                bare.append("%s:%d: %s" % (script.relative_to(ROOT), number, line.strip()))
+    assert seen >= 8, "the pattern no longer finds CI's pip commands"
+    assert not bare, "pip commands that download without tools/retry.sh:\n" + "\n".join(bare)
