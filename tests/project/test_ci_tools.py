@@ -1,6 +1,7 @@
 """tools/retry.sh, which CI's downloads go through (PyPI downloads are sometimes cut short on
-these machines: stop 60's run ended after 16 s on a 79 MB wheel), and the rule that every pip
-command in CI and the build tools that can reach an index goes through it."""
+these machines: stop 60's run ended after 16 s on a 79 MB wheel), the rule that every pip
+command in CI and the build tools that can reach an index goes through it, and .ci/run's
+cleanup of its chroots at exit, which must never change the run's status."""
 from __future__ import annotations
 
 import os
@@ -112,3 +113,47 @@ def test_every_pip_that_can_reach_an_index_goes_through_retry():
                 bare.append("%s:%d: %s" % (script.relative_to(ROOT), number, line.strip()))
     assert seen >= 8, "the pattern no longer finds CI's pip commands"
     assert not bare, "pip commands that download without tools/retry.sh:\n" + "\n".join(bare)
+
+
+def _cleanup_script(tmp_path, status: int, background: bool = False) -> str:
+    """A script that defines .ci/run's ci_cleanup, points it at two directories and exits with
+    `status` through the same kind of EXIT trap, under set -e as .ci/run runs."""
+    text = (ROOT / ".ci" / "run").read_text()
+    fn = re.search(r"^ci_cleanup\(\) \{\n.*?^\}\n", text, re.S | re.M)
+    assert fn, ".ci/run no longer defines ci_cleanup"
+    script = tmp_path / "run.sh"
+    script.write_text("set -euo pipefail\n%s\narm64_dir=%s sid_dir=%s\n%strap ci_cleanup EXIT\n"
+                      "exit %d\n" % (fn.group(0), tmp_path / "arm64", tmp_path / "sid",
+                                     "sleep 3 >/dev/null 2>&1 &\n" if background else "", status))
+    for name in ("arm64", "sid"):
+        (tmp_path / name / "chroot").mkdir(parents=True)
+    return str(script)
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_ci_cleanup_removes_the_chroots_and_keeps_the_status(tmp_path, status):
+    done = subprocess.run(["bash", _cleanup_script(tmp_path, status)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == status, done.stderr
+    assert not (tmp_path / "arm64").exists() and not (tmp_path / "sid").exists()
+
+
+@pytest.mark.parametrize("status", [0, 3])
+def test_ci_cleanup_that_cannot_remove_leaves_the_status_alone(tmp_path, status):
+    """Under set -e a failing command in the EXIT trap would become the run's status."""
+    shadow = tmp_path / "bin"
+    shadow.mkdir()
+    (shadow / "rm").write_text("#!/bin/sh\nexit 1\n")
+    (shadow / "rm").chmod(0o755)
+    env = dict(os.environ, PATH="%s:%s" % (shadow, os.environ["PATH"]))
+    done = subprocess.run(["bash", _cleanup_script(tmp_path, status)], capture_output=True,
+                          text=True, timeout=60, env=env)
+    assert done.returncode == status, done.stderr
+    assert (tmp_path / "arm64").is_dir() and "not removed" in done.stdout
+
+
+def test_ci_cleanup_leaves_the_chroots_while_a_job_runs(tmp_path):
+    done = subprocess.run(["bash", _cleanup_script(tmp_path, 0, background=True)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "still run" in done.stdout
+    assert (tmp_path / "arm64").is_dir() and (tmp_path / "sid").is_dir()
