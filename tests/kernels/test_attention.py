@@ -6,11 +6,8 @@ is forced in turn through KIME_ISA (on aarch64: portable, neon, dotprod, i8mm, b
 """
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _attention
 from kime._cpu import reference as oracle
@@ -19,26 +16,7 @@ from ..tolerances import FP32
 from . import reference
 
 WINDOWS = [0, 1, 4, 64, 1000, -1]
-# The ISA levels with an attention kernel of their own on this architecture (kernels.h), each
-# forced through KIME_ISA. On aarch64 every level from neon up runs the NEON tile and softmax, so
-# dotprod, i8mm and bf16 are not run again (the arm64 harness runs each model's best level).
-ISAS = (["portable", "neon"]
-        if platform.machine().lower() in ("aarch64", "arm64") else ["portable", "avx2", "avx512"])
-
-
-@pytest.fixture(autouse=True)
-def one_blas_thread():
-    # The references run many small matmuls; BLAS threads only add start-up and contention.
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch):
-    monkeypatch.setenv("KIME_ISA", request.param)
-    if _attention.isa() != request.param:
-        pytest.skip(f"this CPU has no {request.param}")
-    return request.param
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def bounds(lens) -> np.ndarray:

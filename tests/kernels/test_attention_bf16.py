@@ -4,7 +4,7 @@ rounded operands (reference.py's `attention_rows_bf16`), and its one set of bits
 The reference rounds what the kernel rounds (the scaled queries, the keys and the values) and
 computes the rest in float64; the one rounding it leaves out, each probability's to bfloat16, is
 bounded by BF16.attention_probs times the probability-weighted mean |v|. Every ISA level the CPU
-has is forced in turn (test_attention.py's ISAS): AVX-512 runs vdpbf16ps where the CPU has
+has is forced in turn (levels.py's ISAS): AVX-512 runs vdpbf16ps where the CPU has
 AVX512_BF16 and FMAs that give its bits elsewhere, so every SIMD level must give the same bits;
 the portable C level gives its own. Rows of 0, 1, odd and many tokens, head dims odd and even,
 windows, the parallel layout, and a full bucket (8 rows of 512: 4096 tokens).
@@ -16,30 +16,19 @@ import platform
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _attention
 
 from ..tolerances import BF16
 from . import reference
-from .test_attention import ISAS, bounds, random_qkv
+from .levels import ISAS
+from .test_attention import bounds, random_qkv
 from .test_attention_parallel import parallel_batch
 
 SIMD = [level for level in ISAS if level != "portable"]
 
 
-@pytest.fixture(autouse=True)
-def one_blas_thread():
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch):
-    monkeypatch.setenv("KIME_ISA", request.param)
-    if _attention.isa() != request.param:
-        pytest.skip(f"this CPU has no {request.param}")
-    return request.param
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def bf16_attention(qkv, cu, H, hd, w, **kw):

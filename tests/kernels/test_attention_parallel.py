@@ -14,30 +14,18 @@ from typing import List, Tuple
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _attention
 from kime.layout import parallel_layout
 
 from ..tolerances import FP32
 from . import reference
-from .test_attention import ISAS, bounds, random_qkv, tables
+from .test_attention import bounds, random_qkv, tables
 
 WINDOWS = [0, 1, 4, 8, 64, 1000, -1]
 
 
-@pytest.fixture(autouse=True)
-def one_blas_thread():
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch):
-    monkeypatch.setenv("KIME_ISA", request.param)
-    if _attention.isa() != request.param:
-        pytest.skip(f"this CPU has no {request.param}")
-    return request.param
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def parallel_row(rng: np.random.Generator, slots: int, max_len: int = 400

@@ -6,35 +6,23 @@ stay within the float64 references' bounds (reference.py's `rope_rows`, then
 
 Random shapes: rows of 0, 1, odd and many tokens, even head dims from 2 to 128, windows, the
 parallel layout's position ids (which the rotation reads as well as the window), 1 to 3 threads,
-and every ISA level the CPU has (test_attention.py's ISAS).
+and every ISA level the CPU has (levels.py's ISAS).
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from threadpoolctl import threadpool_limits  # type: ignore[import-untyped]
 
 from kime._cpu import _attention
 
 from ..tolerances import FP32
 from . import reference
-from .test_attention import ISAS, bounds, random_qkv, tables
+from .test_attention import bounds, random_qkv, tables
 from .test_attention_bf16 import check
 from .test_attention_parallel import parallel_batch
 
 
-@pytest.fixture(autouse=True)
-def one_blas_thread():
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-@pytest.fixture(params=ISAS)
-def isa(request, monkeypatch):
-    monkeypatch.setenv("KIME_ISA", request.param)
-    if _attention.isa() != request.param:
-        pytest.skip(f"this CPU has no {request.param}")
-    return request.param
+pytestmark = pytest.mark.usefixtures("one_blas_thread")
 
 
 def rope_then_attention(qkv, cu, H, hd, w, cos, sin, precision, threads, pos=None, opt=None):
