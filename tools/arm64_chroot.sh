@@ -159,13 +159,12 @@ timed() {  # timed LABEL CMD...: runs CMD, prints how long it took
 debootstrap_root() {
     local root=$1
     if [[ -e "$root/.kime-debootstrap-done" ]]; then log "$root: debootstrap already done"; return; fi
-    [[ -d "$root" ]] && umount -R "$root/proc" 2>/dev/null || true  # a second stage cut short
-    rm -rf "$root"
-    mkdir -p "$(dirname "$root")"
     # minbase: dpkg, apt and essentials, plus the runtime packages. The first stage (download and
-    # unpack) runs natively; the second (dpkg configuring each package) runs emulated.
-    debootstrap --arch=arm64 --variant=minbase --include="$RUNTIME_PKGS" \
-        "$SUITE" "$root" "$(mirror)"
+    # unpack) runs natively; the second (dpkg configuring each package) runs emulated. A download
+    # cut short runs it all again after a pause, on a fresh root (a second stage cut short left
+    # /proc mounted there).
+    bash "$HERE/tools/retry.sh" bash "$HERE/tools/debootstrap_fresh.sh" "$SUITE" "$root" \
+        "$(mirror)" --arch=arm64 --variant=minbase --include="$RUNTIME_PKGS"
     touch "$root/.kime-debootstrap-done"
 }
 

@@ -66,9 +66,10 @@ create() {
     start=$(date +%s)
     mirror_url=$(mirror)
     if [[ ! -e "$ROOT/.kime-debootstrap-done" ]]; then
-        rm -rf "$ROOT"
-        mkdir -p "$(dirname "$ROOT")"
-        debootstrap --variant=minbase bullseye "$ROOT" "$mirror_url"
+        # a download cut short runs it again after a pause, on a fresh root
+        bash "$(dirname "${BASH_SOURCE[0]}")/retry.sh" \
+            bash "$(dirname "${BASH_SOURCE[0]}")/debootstrap_fresh.sh" bullseye "$ROOT" "$mirror_url" \
+            --variant=minbase
         touch "$ROOT/.kime-debootstrap-done"
     fi
     # bookworm's sources only, for python3.11's source package (apt checks its signature and sums)

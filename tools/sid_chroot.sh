@@ -28,11 +28,12 @@ create() {
     if [[ -e "$ROOT/.kime-sid-done" ]]; then log "$ROOT: already made"; return; fi
     [[ $(id -u) -eq 0 ]] || die "create needs root (debootstrap)"
     command -v debootstrap >/dev/null || die "debootstrap missing: apt-get install debootstrap"
-    rm -rf "$ROOT"
-    mkdir -p "$(dirname "$ROOT")"
-    local start
+    local start here
     start=$(date +%s)
-    debootstrap --variant=minbase --include="$PACKAGES" sid "$ROOT" "$(mirror)"
+    here=$(dirname "${BASH_SOURCE[0]}")
+    # a download cut short runs it again after a pause, on a fresh root
+    bash "$here/retry.sh" bash "$here/debootstrap_fresh.sh" sid "$ROOT" "$(mirror)" \
+        --variant=minbase --include="$PACKAGES"
     if run sh -c 'command -v cc gcc' >/dev/null 2>&1; then die "$ROOT has a C compiler; it must not"; fi
     touch "$ROOT/.kime-sid-done"
     log "ready: $ROOT ($(run "python$PYTHON_VERSION" --version)), $(( $(date +%s) - start )) s"

@@ -98,6 +98,64 @@ def _logical_lines(text: str):
         start, parts = None, []
 
 
+FRESH = ROOT / "tools" / "debootstrap_fresh.sh"
+
+
+def _fake_debootstrap(tmp_path):
+    """A `debootstrap` first on PATH that records its arguments and what its target held."""
+    shadow = tmp_path / "bin"
+    shadow.mkdir()
+    (shadow / "debootstrap").write_text(
+        '#!/bin/sh\nfor last; do :; done\n'  # the mirror; the root is the one before it
+        'eval root=\\${$(($# - 1))}\n'
+        'ls -A "$root" > "%s/held" 2>/dev/null || echo absent > "%s/held"\n'
+        'printf "%%s\\n" "$@" > "%s/args"\nmkdir -p "$root" && touch "$root/made"\n'
+        % ((tmp_path,) * 3))
+    (shadow / "debootstrap").chmod(0o755)
+    return dict(os.environ, PATH="%s:%s" % (shadow, os.environ["PATH"]))
+
+
+def test_debootstrap_fresh_starts_from_an_empty_root(tmp_path):
+    root = tmp_path / "chroots" / "arm64"
+    (root / "etc").mkdir(parents=True)
+    (root / "half-made").write_text("from the attempt a download cut short")
+    done = subprocess.run(["bash", str(FRESH), "bookworm", str(root) + "/", "http://mirror/debian",
+                           "--arch=arm64", "--variant=minbase"], env=_fake_debootstrap(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "held").read_text() == "absent\n"  # the old tree was gone before it ran
+    assert (tmp_path / "args").read_text().split() == [
+        "--arch=arm64", "--variant=minbase", "bookworm", str(root), "http://mirror/debian"]
+    assert sorted(p.name for p in root.iterdir()) == ["made"]
+
+
+@pytest.mark.parametrize("args", [[], ["sid", "/tmp/x"], ["sid", "relative/root", "m"],
+                                  ["sid", "/", "m"]])
+def test_debootstrap_fresh_refuses_what_it_cannot_make_fresh(tmp_path, args):
+    done = subprocess.run(["bash", str(FRESH), *args], env=_fake_debootstrap(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and not (tmp_path / "args").exists()
+    assert "usage" in done.stderr or "absolute path" in done.stderr
+
+
+def test_every_debootstrap_goes_through_retry_on_a_fresh_root():
+    calls = []
+    scripts = [ROOT / ".ci" / "run", ROOT / ".ci" / "arm64", *sorted((ROOT / "tools").glob("*.sh"))]
+    for script in scripts:
+        if script == FRESH:
+            continue
+        for number, line in _logical_lines(script.read_text()):
+            code = line.split("#", 1)[0]
+            if re.search(r"(^|[;&|]\s*|\bexec\s+)debootstrap\s+-", code.strip()) or \
+                    "debootstrap_fresh.sh" in code:
+                calls.append((script.relative_to(ROOT), number, code))
+    assert len(calls) >= 3, "the pattern no longer finds the chroot scripts' debootstrap"
+    bare = ["%s:%d: %s" % call for call in calls
+            if not ("retry.sh" in call[2] and "debootstrap_fresh.sh" in call[2])]
+    assert not bare, ("debootstrap outside tools/retry.sh and debootstrap_fresh.sh:\n"
+                      + "\n".join(bare))
+
+
 def test_every_pip_that_can_reach_an_index_goes_through_retry():
     scripts = [ROOT / ".ci" / "run", ROOT / ".ci" / "arm64", *sorted((ROOT / "tools").glob("*.sh"))]
     seen, bare = 0, []
