@@ -1,7 +1,8 @@
 """tools/retry.sh, which CI's downloads go through (PyPI downloads are sometimes cut short on
-these machines: stop 60's run ended after 16 s on a 79 MB wheel), the rule that every pip
-command in CI and the build tools that can reach an index goes through it, and .ci/run's
-cleanup of its chroots at exit, which must never change the run's status."""
+these machines: stop 60's run ended after 16 s on a 79 MB wheel), tools/debootstrap_fresh.sh,
+the rules that every pip command that can reach an index and every debootstrap in CI and the
+build tools go through them, and .ci/run's cleanup of its chroots at exit, which must never
+change the run's status."""
 from __future__ import annotations
 
 import os
@@ -106,8 +107,7 @@ def _fake_debootstrap(tmp_path):
     shadow = tmp_path / "bin"
     shadow.mkdir()
     (shadow / "debootstrap").write_text(
-        '#!/bin/sh\nfor last; do :; done\n'  # the mirror; the root is the one before it
-        'eval root=\\${$(($# - 1))}\n'
+        '#!/bin/sh\neval root=\\${$(($# - 1))}\n'  # ... SUITE ROOT MIRROR: the one before last
         'ls -A "$root" > "%s/held" 2>/dev/null || echo absent > "%s/held"\n'
         'printf "%%s\\n" "$@" > "%s/args"\nmkdir -p "$root" && touch "$root/made"\n'
         % ((tmp_path,) * 3))
