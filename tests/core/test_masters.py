@@ -78,7 +78,7 @@ def test_exceptions_cross_back_to_the_caller():
 # nor after the pass is over: a late signal under load once left the caller nothing to report),
 # and the pass then runs on for a while, so a caller that returned early would see it unfinished.
 INTERRUPTED = """
-import os, signal, sys, threading, time
+import signal, sys, threading, time
 from kime._cpu.masters import run_forward
 started, got, done = threading.Event(), threading.Event(), threading.Event()
 main = threading.main_thread().ident
@@ -100,7 +100,10 @@ def interrupt():
     started.wait(60)
     while not waiting_for_the_pass():
         time.sleep(0.001)
-    os.kill(os.getpid(), signal.SIGINT)
+    # to the main thread itself: a process-wide kill may land on another thread, and then the
+    # main thread, blocked in the lock, would not wake to run the handler (the pass then waited
+    # 60 s for it: a CI run timed out so)
+    signal.pthread_kill(main, signal.SIGINT)
 threading.Thread(target=interrupt, daemon=True).start()
 try:
     run_forward(2, slow)
