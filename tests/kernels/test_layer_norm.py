@@ -117,6 +117,24 @@ def test_row_bits_do_not_depend_on_batch():
         np.testing.assert_array_equal(normed(x[r:r + 1], weight, None)[0], whole[r])
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_row_groups_give_each_rows_own_bits(threads):
+    """The x86 kernels take rows four at a time and the rest one by one: every row of batches of
+    1 to 13 rows (every group and tail, split over threads) has the bits it has alone, widths
+    with and without a tail, in place too."""
+    for d in (8, 13, 96):
+        x = random_rows((13, d), seed=20 + d, offset=1.0)
+        weight = random_rows((d,), seed=21 + d)
+        bias = random_rows((d,), seed=22 + d)
+        alone = np.concatenate([normed(x[r:r + 1], weight, bias) for r in range(13)])
+        for n in range(1, 14):
+            np.testing.assert_array_equal(normed(x[:n], weight, bias, threads=threads),
+                                          alone[:n], err_msg=f"{n} rows of {d}")
+            inplace = x[:n].copy()
+            _forward.layer_norm(inplace, weight, bias, 1e-5, inplace, threads)
+            np.testing.assert_array_equal(inplace, alone[:n], err_msg=f"in place, {n} of {d}")
+
+
 def test_shape_mismatches_raise():
     x = np.zeros((4, 6), dtype=np.float32)
     weight = np.ones(6, dtype=np.float32)
