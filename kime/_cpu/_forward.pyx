@@ -121,6 +121,7 @@ cdef extern from "forward.h":
     void kime_layer_norm(const float *x, float *y, int n, int d, const float *w, const float *b,
                          float eps, int nthreads) nogil
     void kime_act_features(const float *logits, int k, float *out) nogil
+    int kime_fused_layer(int n, int nthreads) nogil
     void kime_act_head(int isa, const float *x, const int32_t *cu, int rows, int d,
                        const float *logits, const int32_t *mcu, const float *w0, const float *b0,
                        const float *w2, const float *b2, int n_act, float *act_in, float *act_h,
@@ -438,6 +439,12 @@ cdef int _check_threads(int threads) except -1:
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     return 0
+
+
+def fused_layer(int tokens, int threads) -> bool:
+    """Test entry: whether a batch of `tokens` tokens on `threads` threads runs each encoder
+    layer's row-local steps in chunks of rows (forward.c's fused layer)."""
+    return kime_fused_layer(tokens, threads) != 0
 
 
 def layer_norm(const float[:, ::1] x, const float[::1] weight, const float[::1] bias, float eps,

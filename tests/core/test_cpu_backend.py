@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 import kime
+from kime._cpu import _forward
 from kime._cpu import weights as packed
-from kime._cpu.backend import CpuBackend, ReferenceBackend
+from kime._cpu.backend import CpuBackend, ReferenceBackend, bf16_missing
 from kime.backend import Device, Memory, Precision
 from kime.batch import Batch
 from kime.buckets import BUCKETS, pick_bucket
@@ -296,6 +297,38 @@ def test_int8_is_close_to_fp32_and_deterministic(tmp_path, monkeypatch):
     names = sorted(p.name for p in Path(packed.cache_dir()).glob("*.kpack"))
     assert len(names) == 2
     assert any("-int8-" in n for n in names) and any("-f32-" in n for n in names)
+
+
+@pytest.mark.parametrize("precision", ["f32", "int8", "bf16"])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_long_batches_run_in_row_chunks_with_each_rows_own_bits(precision, threads, tmp_path,
+                                                                 monkeypatch):
+    """A batch long enough runs each encoder layer's row-local steps in chunks of rows, each
+    chunk's GEMMs on one thread (forward.c's fused layer); every row keeps the bits it has alone
+    on one thread, where the layer runs step by step, and the batch does run fused."""
+    if precision == "bf16" and bf16_missing():
+        pytest.skip(bf16_missing())
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    many = _engine(path, threads=threads, precision=precision)
+    one = _engine(path, threads=1, precision=precision)
+    reqs = [{"state": STATE * (3 + i % 4) + str(i), "questions": QUESTIONS} for i in range(12)]
+    seen: list[tuple[int, bool]] = []
+    run = type(many.backend).run
+
+    def spy(self, batch):  # records what the real backend ran
+        seen.append((batch.tokens, _forward.fused_layer(batch.tokens, self.threads)))
+        return run(self, batch)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(type(many.backend), "run", spy)
+        together = many.decide_batch(reqs, cache=False)
+    assert any(fused for _, fused in seen), seen
+    alone = [one.decide(r, cache=False) for r in reqs]
+    for req, got, want in zip(reqs, together, alone):
+        for qid in req["questions"]:
+            assert got[qid].logits.tobytes() == want[qid].logits.tobytes(), qid
+            assert got[qid].act.tobytes() == want[qid].act.tobytes(), qid
 
 
 def test_int8_is_refused_on_the_reference(tmp_path):

@@ -82,6 +82,10 @@ int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, con
  * double in token order: the same bits at any thread count and in any batch. */
 void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out, int nthreads);
 
+/* Whether an encoder layer over n tokens on nthreads threads runs its row-local steps in
+ * chunks of rows (forward.c's fused layer) rather than step by step; the bits are the same. */
+int kime_fused_layer(int n, int nthreads);
+
 /* The per-token pieces of kime_forward, exported so each has a kernel test of its own
  * (_forward.pyx's test wrappers); the forward pass calls exactly these. */
 
