@@ -353,9 +353,15 @@ static void attend(const kime_model *m, const kime_arena *a, const kime_layer *L
  * 112 and 168. */
 #define FUSE_ROWS 64
 
-/* At least two and a half chunks per thread, and more than one thread. */
+/* At least two and a half chunks per thread, on 2 to FUSE_THREADS threads. Fused, each thread
+ * reads a layer's weights once per chunk of 64 rows rather than once per block of hundreds:
+ * some 8 GB/s per core at INT8's and FP32's rates, which L3 serves to a few cores; many cores
+ * share it (and FP32's 20 MB a layer may not stay in it), so past the thread counts measured
+ * they run step by step. */
+#define FUSE_THREADS 4
 int kime_fused_layer(int n, int nthreads) {
-    return nthreads > 1 && 2 * (long long)n >= 5LL * FUSE_ROWS * nthreads;
+    return nthreads > 1 && nthreads <= FUSE_THREADS
+           && 2 * (long long)n >= 5LL * FUSE_ROWS * nthreads;
 }
 
 /* Bytes of one thread's share of precision prec's GEMM scratch, enough for K = d and inter. */

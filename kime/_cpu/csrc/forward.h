@@ -83,7 +83,8 @@ int kime_embed(const kime_model *m, const kime_arena *a, const int32_t *ids, con
 void kime_mean_pool(const float *x, const int32_t *cu, int rows, int d, float *out, int nthreads);
 
 /* Whether an encoder layer over n tokens on nthreads threads runs its row-local steps in
- * chunks of rows (forward.c's fused layer) rather than step by step; the bits are the same. */
+ * chunks of rows (forward.c's fused layer: long batches on 2-4 threads) rather than step by
+ * step; the bits are the same. */
 int kime_fused_layer(int n, int nthreads);
 
 /* The per-token pieces of kime_forward, exported so each has a kernel test of its own
