@@ -118,10 +118,10 @@ def test_row_bits_do_not_depend_on_batch():
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_row_groups_give_each_rows_own_bits(threads):
-    """The x86 kernels take rows four at a time and the rest one by one: every row of batches of
-    1 to 13 rows (every group and tail, split over threads) has the bits it has alone, widths
-    with and without a tail, in place too."""
+def test_every_row_of_a_short_batch_has_its_own_bits(threads):
+    """Every row of batches of 1 to 13 rows, split over 1-3 threads (so every chunk boundary
+    the pool draws), has the bits it has alone: widths with and without a tail of the partial
+    sums, in place too."""
     for d in (8, 13, 96):
         x = random_rows((13, d), seed=20 + d, offset=1.0)
         weight = random_rows((d,), seed=21 + d)
