@@ -18,6 +18,7 @@ def check_rc(rc: int) -> None: ...
 
 class Arena:
     nbytes: int
+    threads: int
     def __init__(self, spec: Dict[str, object], isa: int, threads: int,
                  max_tokens: int) -> None: ...
 

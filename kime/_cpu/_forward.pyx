@@ -331,6 +331,7 @@ cdef class Model:
         if cu[rows] > ids.shape[0] or mcu[rows] > markers.shape[0] or mcu[rows] > logits.shape[0] \
                 or act.shape[0] < rows or act.shape[1] != self.n_act:
             raise ValueError("batch buffers do not hold the batch")
+        _check_arena(arena, self.threads)
         if (positions is None) != (option_ids is None):
             raise ValueError("positions and option_ids go together: give both or neither")
         if positions is not None:
@@ -351,10 +352,20 @@ cdef class Model:
             raise ValueError("batch buffers are smaller than %d rows" % rows)
         if cu[rows] > ids.shape[0] or pooled.shape[0] < rows or pooled.shape[1] != self.d:
             raise ValueError("batch buffers do not hold the batch")
+        _check_arena(arena, self.threads)
         with nogil:
             rc = kime_embed(&self.m, &arena.a, &ids[0], &cu[0], rows, &pooled[0, 0],
                             self.threads)
         _check_rc(rc)
+
+
+cdef int _check_arena(Arena arena, int threads) except -1:
+    """Each thread of a forward pass takes its own share of the arena's GEMM scratch: an arena
+    sized for fewer threads than the model runs would be overrun."""
+    if arena.threads < threads:
+        raise ValueError(f"the arena holds scratch for {arena.threads} threads; this model runs "
+                         f"{threads}")
+    return 0
 
 
 cdef int _check_rc(int rc) except -1:
@@ -375,8 +386,11 @@ cdef class Arena:
     cdef kime_arena a
     cdef list buffers
     cdef readonly size_t nbytes
+    cdef readonly int threads  # the scratch holds this many threads' shares
 
     def __init__(self, dict spec, int isa, int threads, int max_tokens):
+        _check_threads(threads)
+        self.threads = threads
         d, inter = spec["d"], spec["inter"]
         ffn = max(inter, 4 * d)
         precs = _layer_precisions(spec)
