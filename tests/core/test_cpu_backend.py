@@ -14,7 +14,8 @@ import pytest
 import kime
 from kime._cpu import _forward
 from kime._cpu import weights as packed
-from kime._cpu.backend import CpuBackend, Plan, ReferenceBackend, bf16_missing
+from kime._cpu.backend import CpuBackend, ReferenceBackend, bf16_missing
+from kime._cpu.weights import CpuSpec
 from kime.backend import Device, Memory, Precision
 from kime.batch import Batch
 from kime.buckets import BUCKETS, pick_bucket
@@ -335,20 +336,23 @@ def test_an_arena_for_fewer_threads_than_the_model_is_refused(tiny_path):
     """Every thread of a forward pass writes its own share of the arena's scratch, so a model
     on 2 threads refuses a 1-thread arena (decision and embedding alike) instead of overrunning
     it, and runs on its own."""
-    engine = _engine(tiny_path, threads=2)
-    backend = engine.backend
-    small = Plan(backend._model, backend.spec, backend._isa, 1, 512)
-    right = Plan(backend._model, backend.spec, backend._isa, 2, 512)
-    assert (small.arena.threads, right.arena.threads) == (1, 2)
+    from kime._cpu import _gemm
+
+    ck = load_checkpoint(str(tiny_path))
+    isa = _forward.isa_detect()
+    spec = CpuSpec.of(ck.graph, None, False, ()).as_dict()
+    arrays = packed.load_packed(ck, isa, _forward.isa_name(isa), _gemm.pack,
+                                use_cache=False).arrays
+    model = _forward.Model(arrays, spec, isa, 2)
+    small, right = _forward.Arena(spec, isa, 1, 512), _forward.Arena(spec, isa, 2, 512)
+    assert (small.threads, right.threads) == (1, 2)
     ids = np.full(40, 5, dtype=np.int32)
     cu = np.array([0, 40], dtype=np.int32)
-    for plan, refused in ((small, True), (right, False)):
-        calls = [lambda: backend._model.run(plan.arena, ids, cu, 1, np.array([1], np.int32),
-                                            np.array([0, 1], np.int32),
-                                            np.zeros(1, np.int32), np.zeros(1, np.float32),
-                                            np.zeros((1, backend.spec.n_act), np.float32)),
-                 lambda: backend._model.embed(plan.arena, ids, cu, 1,
-                                              np.zeros((1, backend.spec.d), np.float32))]
+    for arena, refused in ((small, True), (right, False)):
+        calls = [lambda: model.run(arena, ids, cu, 1, np.array([1], np.int32),
+                                   np.array([0, 1], np.int32), np.zeros(1, np.int32),
+                                   np.zeros(1, np.float32), np.zeros((1, model.n_act), np.float32)),
+                 lambda: model.embed(arena, ids, cu, 1, np.zeros((1, model.d), np.float32))]
         for call in calls:
             if refused:
                 with pytest.raises(ValueError, match="scratch for 1 threads; this model runs 2"):
