@@ -307,18 +307,27 @@ static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
     kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, embed_task, &j);
 }
 
-/* An encoder or decision-head linear layer, in its layer's precision (L->prec). */
+/* An encoder or decision-head linear layer, in its layer's precision (L->prec), on nthreads
+ * threads from scratch byte `off` of the arena's scratch for that precision (0, or a thread's
+ * share when one thread runs it inside a fused layer's task). */
+static void linear_at(const kime_model *m, const kime_arena *a, const kime_layer *L, size_t off,
+                      const float *A, int lda, int M, int K, int N, const float *W,
+                      const float *bias, int epi, float *C, int ldc, int nthreads) {
+    if (L->prec == KIME_PREC_INT8)
+        kime_qgemm(m->qisa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc,
+                   (char *)a->qgemm_scratch + off, nthreads);
+    else if (L->prec == KIME_PREC_BF16)
+        kime_bgemm(A, lda, M, K, N, (const void *)W, bias, epi, C, ldc,
+                   (char *)a->bgemm_scratch + off, nthreads);
+    else
+        kime_gemm(m->isa, A, lda, M, K, N, W, bias, epi, C, ldc,
+                  (float *)((char *)a->gemm_scratch + off), nthreads);
+}
+
 static void linear(const kime_model *m, const kime_arena *a, const kime_layer *L, const float *A,
                    int lda, int M, int K, int N, const float *W, const float *bias, int epi,
                    float *C, int ldc, int nthreads) {
-    if (L->prec == KIME_PREC_INT8)
-        kime_qgemm(m->qisa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->qgemm_scratch,
-                   nthreads);
-    else if (L->prec == KIME_PREC_BF16)
-        kime_bgemm(A, lda, M, K, N, (const void *)W, bias, epi, C, ldc, a->bgemm_scratch,
-                   nthreads);
-    else
-        kime_gemm(m->isa, A, lda, M, K, N, W, bias, epi, C, ldc, a->gemm_scratch, nthreads);
+    linear_at(m, a, L, 0, A, lda, M, K, N, W, bias, epi, C, ldc, nthreads);
 }
 
 /* An encoder layer's attention, RoPE included: a->qkv to a->attn. */
@@ -382,15 +391,7 @@ static size_t gemm_share(const kime_model *m, int prec) {
 static void linear_one(const kime_model *m, const kime_arena *a, const kime_layer *L, int tid,
                        size_t share, const float *A, int lda, int M, int K, int N, const float *W,
                        const float *bias, int epi, float *C, int ldc) {
-    if (L->prec == KIME_PREC_INT8)
-        kime_qgemm(m->qisa, A, lda, M, K, N, (const void *)W, bias, epi, C, ldc,
-                   (char *)a->qgemm_scratch + tid * share, 1);
-    else if (L->prec == KIME_PREC_BF16)
-        kime_bgemm(A, lda, M, K, N, (const void *)W, bias, epi, C, ldc,
-                   (char *)a->bgemm_scratch + tid * share, 1);
-    else
-        kime_gemm(m->isa, A, lda, M, K, N, W, bias, epi, C, ldc,
-                  (float *)((char *)a->gemm_scratch + tid * share), 1);
+    linear_at(m, a, L, (size_t)tid * share, A, lda, M, K, N, W, bias, epi, C, ldc, 1);
 }
 
 typedef struct {
