@@ -158,6 +158,67 @@ def test_packed_cache_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch)
     assert _engine(path, threads=1).backend.weights_from == "packed"
 
 
+def _mapping(path: str) -> dict:
+    """This process's mapping of `path` in /proc/self/smaps: its sizes in kB, its VmFlags."""
+    fields: dict = {}
+    current = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+                current = head[-1] == path
+            elif current and head[0] == "VmFlags:":
+                fields["VmFlags"] = head[1:]
+            elif current and line.rstrip().endswith(" kB"):
+                fields[head[0].rstrip(":")] = fields.get(head[0].rstrip(":"), 0) + int(head[1])
+    return fields
+
+
+def _files_map_in_2mib_pages(directory: Path) -> bool:
+    """Whether this kernel and file system map a file's pages 2 MiB at a time when asked
+    (transparent huge pages on, large folios in the page cache): an 8 MiB file, dropped from
+    the page cache, then mapped with the advice and read."""
+    import mmap
+
+    probe = directory / "probe"
+    probe.write_bytes(os.urandom(8 << 20))
+    with open(probe, "rb") as f:
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        mm.madvise(mmap.MADV_HUGEPAGE)
+    except OSError:
+        return False
+    sum(mm[i] for i in range(0, len(mm), 4096))
+    pmd = _mapping(str(probe)).get("FilePmdMapped", 0)
+    mm.close()
+    return pmd > 0
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps") or not hasattr(os, "posix_fadvise"),
+                    reason="reads Linux's /proc/self/smaps")
+def test_packed_weights_are_mapped_in_2mib_pages(tmp_path, monkeypatch):
+    """Every forward pass streams the packed weights, and behind 4 KiB pages base W1 ran 6-9%
+    slower. A blob is mapped with 2 MiB pages asked for, and one just written is dropped from
+    the page cache and read back under that advice, so that, packed now or mapped from the
+    cache, every whole 2 MiB of the file is one page of the mapping."""
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
+    path = GOLDENS / DATA["checkpoints"]["tiny"]["path"]
+    huge = _files_map_in_2mib_pages(tmp_path)
+    for source in ("packed", "cache"):
+        engine = _engine(path, threads=1)
+        assert engine.backend.weights_from == source
+        mapped = _mapping(engine.backend.weights_file)
+        assert "hg" in mapped["VmFlags"], mapped
+        assert mapped["Size"] >= 3 * 2048  # three whole 2 MiB pages at least
+        if huge:
+            assert mapped["FilePmdMapped"] == mapped["Size"] // 2048 * 2048, mapped
+        engine.close()
+    if not huge:
+        pytest.skip("this kernel or file system maps no file 2 MiB at a time; checked the "
+                    "advice only")
+
+
 def test_the_backends_state_what_they_run(tmp_path, monkeypatch):
     monkeypatch.setenv("KIME_CACHE", str(tmp_path / "cache"))
     with warnings.catch_warnings():
