@@ -27,7 +27,7 @@ import struct
 import tempfile
 import zlib
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -260,7 +260,7 @@ def _map(path: str) -> mmap.mmap:
     return mm
 
 
-def _settle(f) -> None:
+def _settle(f: BinaryIO) -> None:
     """Flush the blob just written to disk and drop it from the page cache. Written, it sits
     there in pieces as small as the writes made them, and a mapping can only take 2 MiB pages
     from 2 MiB folios; read back once under `_map`'s advice, it comes in whole. The sync also
@@ -268,7 +268,10 @@ def _settle(f) -> None:
     f.flush()
     os.fsync(f.fileno())
     if hasattr(os, "posix_fadvise"):
-        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        try:
+            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        except OSError:  # advice only: a file system may refuse it, and the blob is written
+            pass
 
 
 def _checksum(mm: np.ndarray) -> int:
