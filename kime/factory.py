@@ -193,9 +193,9 @@ def backend_report() -> dict[str, dict[str, object]]:
     """What the backends find on this machine, for `kime doctor`, so the CLI asks here instead
     of importing `_cpu` or `_cuda`: the CPU kernels this build and CPU run (or why they do not
     load), the NVIDIA driver and the CuPy wheel that fits it, whether GPU 0 runs (and so what
-    `device="auto"` picks), the CUDA self-check's newest verdict, and where packed weights are
-    cached. Nothing here raises for a broken build or a missing GPU: reporting those is what
-    the doctor is for."""
+    `device="auto"` picks), the CUDA self-check's newest verdict, and the packed-weight cache
+    (where, how much, and how much of it this build never reads). Nothing here raises for a
+    broken build or a missing GPU: reporting those is what the doctor is for."""
     cpu: dict[str, object] = {}
     try:
         from ._cpu.backend import kernels_report
@@ -217,9 +217,9 @@ def backend_report() -> dict[str, dict[str, object]]:
         "auto": "cuda" if cuda0 is None else "cpu",  # as resolve_auto picks for f32 and f16
         "self_check": self_check_report(),
     }
-    from ._cpu.weights import cache_dir
+    from ._cpu.weights import cache_report
 
-    return {"cpu": cpu, "gpu": gpu, "caches": {"packed": cache_dir()}}
+    return {"cpu": cpu, "gpu": gpu, "caches": cache_report()}
 
 
 def self_check_report() -> dict[str, object]:

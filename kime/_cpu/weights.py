@@ -25,6 +25,7 @@ import mmap
 import os
 import struct
 import tempfile
+import time
 import zlib
 from dataclasses import dataclass
 from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -128,6 +129,46 @@ def cache_dir() -> str:
     """Where packed weights live: `packed/` under kime's cache directory (`kime.backend.cache_root`:
     $KIME_CACHE, else $XDG_CACHE_HOME/kime, else ~/.cache/kime)."""
     return os.path.join(cache_root(), "packed")
+
+
+STALE_TMP_SECONDS = 3600
+"""A temporary file of a packing older than this was cut short: no packing takes an hour."""
+
+
+def cache_report() -> Dict[str, object]:
+    """The packed-weight cache for `kime doctor`: its directory, the blobs in it (count and
+    bytes), and what this build never reads there: blobs another build of kime packed (their
+    key names another layout digest, so an upgrade leaves its predecessor's behind) and the
+    temporary files of packings cut short. Those can be deleted; nothing here deletes them,
+    since another kime installed beside this one may still map its own."""
+    from . import _forward
+
+    directory = cache_dir()
+    mine = "-src%s.kpack" % layout_digest(_forward.source_digest())
+    blobs = other = 0
+    blob_bytes = other_bytes = 0
+    now = time.time()
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        entries = []
+    for entry in entries:
+        try:
+            st = entry.stat()
+        except OSError:  # deleted while we looked
+            continue
+        if entry.name.endswith(".kpack"):
+            blobs += 1
+            blob_bytes += st.st_size
+            stale = not entry.name.endswith(mine)
+        else:
+            stale = (entry.name.startswith(".pack-") and entry.name.endswith(".tmp")
+                     and now - st.st_mtime > STALE_TMP_SECONDS)
+        if stale:
+            other += 1
+            other_bytes += st.st_size
+    return {"packed": directory, "packed_blobs": blobs, "packed_bytes": blob_bytes,
+            "packed_unused": other, "packed_unused_bytes": other_bytes}
 
 
 def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],

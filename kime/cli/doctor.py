@@ -50,6 +50,7 @@ def doctor_report() -> Dict[str, Any]:
                            "kime_isa_env": os.environ.get("KIME_ISA")}
     cpu.update(found["cpu"])
     cpu["backend"] = os.environ.get("KIME_CPU_BACKEND", "compiled")
+    cpu["huge_pages"] = _huge_pages()
     report["cpu"] = cpu
     gpu: Dict[str, Any] = {"cupy": None, "devices": 0}
     try:
@@ -64,8 +65,7 @@ def doctor_report() -> Dict[str, Any]:
     gpu.update(found["gpu"])
     report["gpu"] = gpu
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
-    caches: Dict[str, Any] = {"packed": found["caches"]["packed"], "hf_hub": None,
-                              "hf_hub_offline": offline}
+    caches: Dict[str, Any] = dict(found["caches"], hf_hub=None, hf_hub_offline=offline)
     try:
         from huggingface_hub import constants
 
@@ -75,6 +75,51 @@ def doctor_report() -> Dict[str, Any]:
         pass
     report["caches"] = caches
     return report
+
+
+THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+def _huge_pages() -> Optional[str]:
+    """Linux's transparent huge pages mode (`always`, `madvise` or `never`), or None where
+    there are none to read. kime maps its packed weights asking for 2 MiB pages, which
+    `always` and `madvise` grant and `never` refuses."""
+    try:
+        with open(THP_ENABLED) as f:
+            text = f.read()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1:end] if 0 <= start < end else None
+
+
+def _huge_pages_line(mode: Optional[str]) -> str:
+    if mode is None:
+        return "none on this system; the packed weights map in its base pages"
+    if mode == "never":
+        return ("never: the packed weights stream through 4 KiB pages, which cost short "
+                "requests up to 9%% (as root: echo madvise > %s)" % THP_ENABLED)
+    return "%s: kime maps its packed weights asking for 2 MiB pages" % mode
+
+
+def _cache_line(caches: Dict[str, Any]) -> str:
+    """Where the packed weights live, how much is there, and how much this build never reads."""
+    line = "%s (%d blob%s, %s)" % (caches["packed"], caches["packed_blobs"],
+                                   "" if caches["packed_blobs"] == 1 else "s",
+                                   _size(caches["packed_bytes"]))
+    if caches["packed_unused"]:
+        line += ("; %d file%s, %s, from other kime builds or cut-short packings, which this "
+                 "build never reads" % (caches["packed_unused"],
+                                        "" if caches["packed_unused"] == 1 else "s",
+                                        _size(caches["packed_unused_bytes"])))
+    return line
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return "%.1f %s" % (n / scale, unit)
+    return "%d bytes" % n
 
 
 def _pool_line(cpu: Dict[str, Any]) -> str:
@@ -110,7 +155,8 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
               ("bf16 kernels", bf16)]
     if cpu.get("bf16_attention"):  # int8's and bf16's attention products
         lines.append(("bf16 attention", cpu["bf16_attention"]))
-    lines += [("thread pool", _pool_line(cpu)),
+    lines += [("huge pages", _huge_pages_line(cpu["huge_pages"])),
+              ("thread pool", _pool_line(cpu)),
               ("threads (threads=0)", "%d: %s" % (cpu["threads"], cpu["threads_why"])),
               ("cpu backend", cpu["backend"])]
     why = " (%s)" % gpu["error"] if "error" in gpu else ""
@@ -122,7 +168,7 @@ def _lines(report: Dict[str, Any]) -> List[Tuple[str, Any]]:
     lines += [("device='auto' runs on", gpu["auto"] + ("" if gpu["cuda0"] is None else
                                                      " (cuda: %s)" % gpu["cuda0"])),
               ("cuda self-check", _self_check_line(gpu["self_check"]))]
-    lines += [("packed-weight cache", caches["packed"]),
+    lines += [("packed-weight cache", _cache_line(caches)),
               ("hugging face cache", caches["hf_hub"] or "unknown"),
               ("HF_HUB_OFFLINE", "yes" if caches["hf_hub_offline"] else "no")]
     return lines
@@ -157,8 +203,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     doc = sub.add_parser("doctor", help="report versions, the CPU's kernel path and the caches",
                          description="Print kime's and its dependencies' versions, the ISA kime's "
                          "kernels use on this CPU (capped by KIME_ISA) and the FP32, INT8 and "
-                         "BF16 kernels they run, the thread pool, the default thread count, "
-                         "CuPy and GPUs if present, the CuPy wheel that fits the NVIDIA driver, "
-                         "and the cache directories.")
+                         "BF16 kernels they run, Linux's huge pages, the thread pool, the "
+                         "default thread count, CuPy and GPUs if present, the CuPy wheel that "
+                         "fits the NVIDIA driver, and the cache directories, with what of the "
+                         "packed-weight cache this build never reads.")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")
     doc.set_defaults(run=_doctor)

@@ -41,7 +41,8 @@ def test_top_level_help_lists_commands(capsys):
 def test_doctor_text(capsys):
     code, out, err = run(capsys, "doctor")
     assert code == 0 and err == ""
-    for key in ("kime:", "numpy:", "cpu isa / kernels:", "thread pool:", "packed-weight cache:",
+    for key in ("kime:", "numpy:", "cpu isa / kernels:", "huge pages:", "thread pool:",
+                "packed-weight cache:",
                 "hugging face cache:", "HF_HUB_OFFLINE:"):
         assert key in out
     # the pool is kime's own: no OpenMP line, since no build runs on OpenMP
@@ -75,8 +76,45 @@ def test_doctor_json(capsys, monkeypatch, tmp_path):
     for name in ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl"):
         assert report["packages"][name]
     assert report["caches"]["packed"] == str(tmp_path / "packed")
+    assert (report["caches"]["packed_blobs"], report["caches"]["packed_unused"]) == (0, 0)
+    thp = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if thp.exists():
+        assert "[%s]" % report["cpu"]["huge_pages"] in thp.read_text()
+    else:
+        assert report["cpu"]["huge_pages"] is None
     assert report["caches"]["hf_hub"]
     assert set(report["gpu"]) >= {"cupy", "devices"}
+
+
+def test_doctor_counts_what_the_packed_cache_holds_for_no_one(capsys, monkeypatch, tmp_path):
+    """Blobs of other kime builds (another layout digest in their key) and packings cut short
+    an hour ago or more are counted apart from the blobs: this build never reads them. A
+    packing in progress is not."""
+    import os
+    import time
+
+    from kime._cpu import _forward
+    from kime._cpu import weights
+
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    mine = "-src%s.kpack" % weights.layout_digest(_forward.source_digest())
+    (packed / ("abc-avx512-f32" + mine)).write_bytes(b"x" * 1000)
+    (packed / "abc-avx512-f32-src0123456789abcdef.kpack").write_bytes(b"x" * 2500)
+    (packed / ".pack-live.tmp").write_bytes(b"x" * 40)
+    old = packed / ".pack-dead.tmp"
+    old.write_bytes(b"x" * 300)
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    code, out, _ = run(capsys, "doctor", "--json")
+    caches = json.loads(out)["caches"]
+    assert code == 0
+    assert (caches["packed_blobs"], caches["packed_bytes"]) == (2, 3500)
+    assert (caches["packed_unused"], caches["packed_unused_bytes"]) == (2, 2800)
+    code, out, _ = run(capsys, "doctor")
+    line = next(x for x in out.splitlines() if x.startswith("packed-weight cache:"))
+    assert "(2 blobs, 3.5 kB); 2 files, 2.8 kB, from other kime builds" in line
 
 
 def test_doctor_honours_kime_isa(capsys, monkeypatch):
