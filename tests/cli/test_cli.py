@@ -90,7 +90,6 @@ def test_doctor_counts_what_the_packed_cache_holds_for_no_one(capsys, monkeypatc
     """Blobs of other kime builds (another layout digest in their key) and packings cut short
     an hour ago or more are counted apart from the blobs: this build never reads them. A
     packing in progress is not."""
-    import os
     import time
 
     from kime._cpu import _forward

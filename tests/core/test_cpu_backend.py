@@ -181,7 +181,10 @@ def _files_map_in_2mib_pages(directory: Path) -> bool:
     import mmap
 
     probe = directory / "probe"
-    probe.write_bytes(os.urandom(8 << 20))
+    with open(probe, "wb") as f:
+        f.write(os.urandom(8 << 20))
+        f.flush()
+        os.fsync(f.fileno())  # the page cache drops clean pages only
     with open(probe, "rb") as f:
         os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
