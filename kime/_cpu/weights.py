@@ -5,12 +5,12 @@ decision head's in FP32, INT8 or BF16), the vectors in FP32, the token embedding
 (widened per gathered token, halving its memory) and the RoPE tables. It is written to
 `<cache>/kime/packed/` keyed by a fingerprint of the checkpoint, the ISA, the precision (for
 INT8 also the qgemm kernel set) and what defines the packing: the digest of the C and Cython
-sources compiled into this build (`_forward.source_digest`, made by setup.py) and of this module
-and `kime.graph`, so a change to how weights are packed or laid out never maps a blob packed
-before it. Later loads map the file instead of repacking. A cache file is trusted only when its
+sources compiled into this build (`_forward.source_digest`, made by setup.py) and of this
+module, `kime.graph` and the file's format, so a change to how weights are packed or laid out
+never maps a blob packed before it. Later loads map the file instead of repacking. A cache file
+(`kime._cpu.packfile`: its format, how it is written and mapped) is trusted only when its
 header, size and checksum of every byte all match; anything else is packed again, with one log
-line (`kime.weights`) and no word to the caller (written to a temporary file and renamed, so a
-crash never leaves a half-written cache behind).
+line (`kime.weights`) and no word to the caller.
 
 Which tensors the blob holds, their shapes and their order within a layer come from the model
 graph (`kime.graph`); the entry names are the fields of the C model (`csrc/forward.h`) they fill.
@@ -19,16 +19,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
-import mmap
 import os
-import struct
-import tempfile
 import time
-import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -37,13 +32,8 @@ from ..checkpoint import Checkpoint, fingerprint
 from ..errors import warn_caller
 from ..graph import (Block, Graph, Linear, Norm, rope_half_tables,
                      rope_half_tables_uncached)
-
-MAGIC = b"KIMEPACK"
-ALIGN = 64
-HEADER_ROOM = 1 << 16
-CHECK_CHUNK = 1 << 24
-"""The checksum reads the blob in 16 MiB steps (zlib's CRC-32 runs at some 4 GB/s here: 0.15 s
-for ModernBERT-base's FP32 blob, a page-in the first forward pass would make anyway)."""
+from . import packfile
+from .packfile import Corrupt
 
 _log = logging.getLogger("kime.weights")
 
@@ -246,12 +236,12 @@ def _rope_entry(graph: Graph, name: str) -> np.ndarray:
 def layout_digest(compiled: str) -> str:
     """What defines a blob's packing and layout, as one digest: `compiled`, the build's digest
     of its C and Cython sources (the packers and the forward pass that reads their panels), and
-    the bytes of this module (which entries, in which order) and of `kime.graph` (the tensors'
-    shapes, the RoPE tables)."""
+    the bytes of this module (which entries, in which order), of `kime.graph` (the tensors'
+    shapes, the RoPE tables) and of `packfile` (the file's format)."""
     from .. import graph
 
     digest = hashlib.sha256(compiled.encode())
-    for module in (__file__, graph.__file__):
+    for module in (__file__, graph.__file__, packfile.__file__):
         with open(module, "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()[:16]
@@ -274,125 +264,6 @@ def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
         precision += "-" + qimpl
     return "%s-%s-%s-src%s" % (fingerprint(ck.path), isa_name, precision,
                                layout_digest(compiled))
-
-
-def _advise_huge(mm: mmap.mmap) -> None:
-    """Ask the kernel to map `mm` with 2 MiB pages where it can (Linux transparent huge pages,
-    which many distributions leave to `madvise`). Every forward pass streams the whole blob
-    through the TLB: on a Zen 5, base W1 ran 6% (INT8) to 9% (FP32, BF16) slower behind 4 KiB
-    pages than behind 2 MiB ones (docs/benchmarks.md). Elsewhere (no THP, another OS) the
-    mapping keeps the pages it had."""
-    advice = getattr(mmap, "MADV_HUGEPAGE", None)
-    if advice is None or not hasattr(mm, "madvise"):
-        return
-    try:
-        mm.madvise(advice)
-    except OSError:  # a kernel built without THP
-        pass
-
-
-def _map(path: str) -> mmap.mmap:
-    """The file at `path` mapped read-only, 2 MiB pages asked for before a byte of it is read
-    (its header included): a page read in under that advice comes into the page cache as a
-    2 MiB folio, which the mapping then takes whole."""
-    with open(path, "rb") as f:
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    _advise_huge(mm)
-    return mm
-
-
-def _settle(f: BinaryIO) -> None:
-    """Flush the blob just written to disk and drop it from the page cache. Written, it sits
-    there in pieces as small as the writes made them, and a mapping can only take 2 MiB pages
-    from 2 MiB folios; read back once under `_map`'s advice, it comes in whole. The sync also
-    keeps a crash from renaming an unwritten file into place."""
-    f.flush()
-    os.fsync(f.fileno())
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError:  # advice only: a file system may refuse it, and the blob is written
-            pass
-
-
-def _checksum(mm: np.ndarray) -> int:
-    crc = 0
-    for start in range(0, mm.shape[0], CHECK_CHUNK):
-        crc = zlib.crc32(mm[start:start + CHECK_CHUNK].data, crc)
-    return crc
-
-
-def _write(path: str, key: str, entries: List[Tuple[str, Callable[[], np.ndarray]]]) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".pack-", suffix=".tmp")
-    try:
-        table = []
-        with os.fdopen(fd, "wb") as f:
-            f.seek(HEADER_ROOM)
-            offset = 0
-            for name, produce in entries:
-                arr = produce()
-                pad = -offset % ALIGN
-                f.write(b"\0" * pad)
-                offset += pad
-                table.append({"name": name, "offset": offset, "dtype": arr.dtype.str,
-                              "shape": list(arr.shape)})
-                f.write(np.ascontiguousarray(arr).tobytes())
-                offset += arr.nbytes
-            f.write(b"\0" * (-offset % ALIGN))
-        data = np.frombuffer(_map(tmp), dtype=np.uint8, offset=HEADER_ROOM)
-        header = json.dumps({"key": key, "data_bytes": int(data.shape[0]), "entries": table,
-                             "checksum": _checksum(data)}).encode()
-        del data  # unmapped: the page cache drops no page a mapping holds
-        if len(header) + 16 > HEADER_ROOM:
-            raise ValueError("packed weight header too large")
-        with open(tmp, "r+b") as f:
-            f.write(MAGIC + struct.pack("<Q", len(header)) + header)
-            _settle(f)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-class Corrupt(Exception):
-    """A cache file that is there but cannot be trusted; the message says why."""
-
-
-def _read(path: str, key: str) -> Optional[Dict[str, np.ndarray]]:
-    """The blob's arrays mapped from `path`, or None when there is no file. Raises `Corrupt`
-    for a file that is there and cannot be trusted."""
-    try:
-        if os.path.getsize(path) < 16:  # an empty file cannot be mapped
-            raise Corrupt("no packed-weight header")
-        mm = _map(path)
-        head = mm[:16]
-        if head[:8] != MAGIC:
-            raise Corrupt("no packed-weight header")
-        (n,) = struct.unpack("<Q", head[8:])
-        if n > HEADER_ROOM - 16:
-            raise Corrupt("a header of %d bytes" % n)
-        header = json.loads(mm[16:16 + n])
-        if header.get("key") != key:
-            raise Corrupt("its header names another key, %r" % (header.get("key"),))
-        if len(mm) != HEADER_ROOM + header["data_bytes"]:
-            raise Corrupt("%d bytes where its header says %d" % (
-                len(mm), HEADER_ROOM + header["data_bytes"]))
-        data = np.frombuffer(mm, dtype=np.uint8, offset=HEADER_ROOM)
-        if _checksum(data) != header["checksum"]:
-            raise Corrupt("its checksum does not match its bytes")
-        arrays = {}
-        for e in header["entries"]:
-            dtype = np.dtype(e["dtype"])
-            count = int(np.prod(e["shape"])) if e["shape"] else 1
-            arrays[e["name"]] = np.frombuffer(data, dtype=dtype, count=count,
-                                              offset=e["offset"]).reshape(e["shape"])
-        return arrays
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise Corrupt("%s: %s" % (type(e).__name__, e)) from e
 
 
 @dataclass(frozen=True)
@@ -455,7 +326,7 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
     path = os.path.join(cache_dir(), key + ".kpack")
     if use_cache:
         try:
-            arrays = _read(path, key)
+            arrays = packfile.read(path, key)
         except Corrupt as why:
             _log.warning("packed weights %s cannot be trusted (%s); packing them again", path,
                          why)
@@ -465,8 +336,8 @@ def load_packed(ck: Checkpoint, isa: int, isa_name: str, pack: Callable[..., np.
     entries = _entries(ck, fp32_pack, block_packs)
     if use_cache:
         try:
-            _write(path, key, entries)
-            arrays = _read(path, key)
+            packfile.write(path, key, entries)
+            arrays = packfile.read(path, key)
             if arrays is not None:
                 return Packed(arrays, "packed", path)
         except Corrupt as why:  # written, then changed under us: run from memory

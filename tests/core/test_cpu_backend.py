@@ -13,6 +13,7 @@ import pytest
 
 import kime
 from kime._cpu import _forward
+from kime._cpu import packfile
 from kime._cpu import weights as packed
 from kime._cpu.backend import CpuBackend, ReferenceBackend, bf16_missing
 from kime._cpu.weights import CpuSpec
@@ -145,7 +146,7 @@ def test_packed_cache_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch)
     assert len(files) == 1
     # Overwrite a stretch of the data: detected, rebuilt, same answers.
     with open(files[0], "r+b") as f:
-        f.seek(packed.HEADER_ROOM + 100)
+        f.seek(packfile.HEADER_ROOM + 100)
         f.write(os.urandom(8192))
     third = _engine(path, threads=1)
     assert third.backend.weights_from == "packed"
@@ -154,7 +155,7 @@ def test_packed_cache_is_reused_and_a_corrupt_one_rebuilt(tmp_path, monkeypatch)
         assert want[qid].logits.tobytes() == again[qid].logits.tobytes()
     # Truncated: detected too.
     with open(files[0], "r+b") as f:
-        f.truncate(packed.HEADER_ROOM + 10)
+        f.truncate(packfile.HEADER_ROOM + 10)
     assert _engine(path, threads=1).backend.weights_from == "packed"
 
 

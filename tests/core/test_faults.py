@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import kime
+from kime._cpu import packfile
 from kime._cpu import weights as packed_weights
 
 QUESTIONS = {"team": {"type": "choice", "instructions": "Which team?",
@@ -237,7 +238,7 @@ def test_a_cache_entry_with_one_byte_changed_is_packed_again_with_a_log_line(
     raw = blob.read_bytes()
     header = json.loads(raw[16:16 + int.from_bytes(raw[8:16], "little")])
     entry = next(e for e in header["entries"] if e["name"] == "enc.1.qkv")
-    at = packed_weights.HEADER_ROOM + entry["offset"] + 5000  # between two old samples
+    at = packfile.HEADER_ROOM + entry["offset"] + 5000  # between two old samples
     with open(blob, "r+b") as f:
         f.seek(at)
         f.write(bytes([raw[at] ^ 0x40]))
