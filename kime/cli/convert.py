@@ -7,7 +7,9 @@ import os
 from ..errors import Unsupported
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """`n` bytes for a person: bytes, KiB, MiB or GiB, one decimal (`kime convert`, `kime
+    doctor`)."""
     size = float(n)
     for unit in ("bytes", "KiB", "MiB", "GiB"):
         if size < 1024 or unit == "GiB":
@@ -33,7 +35,7 @@ def _convert(args: argparse.Namespace) -> int:
     print("isa:    %s" % backend.kernels)
     print("device: %s" % backend.describe())
     print("cache:  %s" % path)
-    print("size:   %s (%d bytes)" % (_size(os.path.getsize(path)), os.path.getsize(path)))
+    print("size:   %s (%d bytes)" % (size_text(os.path.getsize(path)), os.path.getsize(path)))
     print("status: %s" % ("built now" if backend.weights_from == "packed" else "already cached"))
     return 0
 

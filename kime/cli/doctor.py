@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict, List, Optional, Tuple
 
 from .._version import __version__
+from .convert import size_text
 
 PACKAGES = ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl")
 """The runtime dependencies whose versions the report lists."""
@@ -106,20 +107,13 @@ def _cache_line(caches: Dict[str, Any]) -> str:
     """Where the packed weights live, how much is there, and how much this build never reads."""
     line = "%s (%d blob%s, %s)" % (caches["packed"], caches["packed_blobs"],
                                    "" if caches["packed_blobs"] == 1 else "s",
-                                   _size(caches["packed_bytes"]))
+                                   size_text(caches["packed_bytes"]))
     if caches["packed_unused"]:
         line += ("; %d file%s, %s, from other kime builds or cut-short packings, which this "
                  "build never reads" % (caches["packed_unused"],
                                         "" if caches["packed_unused"] == 1 else "s",
-                                        _size(caches["packed_unused_bytes"])))
+                                        size_text(caches["packed_unused_bytes"])))
     return line
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return "%.1f %s" % (n / scale, unit)
-    return "%d bytes" % n
 
 
 def _pool_line(cpu: Dict[str, Any]) -> str:

@@ -113,7 +113,7 @@ def test_doctor_counts_what_the_packed_cache_holds_for_no_one(capsys, monkeypatc
     assert (caches["packed_unused"], caches["packed_unused_bytes"]) == (2, 2800)
     code, out, _ = run(capsys, "doctor")
     line = next(x for x in out.splitlines() if x.startswith("packed-weight cache:"))
-    assert "(2 blobs, 3.5 kB); 2 files, 2.8 kB, from other kime builds" in line
+    assert "(2 blobs, 3.4 KiB); 2 files, 2.7 KiB, from other kime builds" in line
 
 
 def test_doctor_honours_kime_isa(capsys, monkeypatch):
