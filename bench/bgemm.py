@@ -40,7 +40,7 @@ def main() -> int:
         print("the BF16 GEMM does not run here (missing: %s)" % missing, file=sys.stderr)
         return 1
     isa = _gemm.isa_detect()
-    print("fp32: %s, bf16: %s kernels, %d threads" % (_gemm.isa_name(isa), _bgemm.KERNELS,
+    print("fp32: %s, bf16: %s kernels, %d threads" % (_gemm.isa_name(isa), _bgemm.kernels(),
                                                       args.threads))
     print("GF/s at the median (p95) time; ratio: fp32 median time / bf16 median time")
     print("%-6s %-8s %5s %5s %5s | %15s | %15s | %5s"

@@ -1,7 +1,7 @@
 """kime's INT8 GEMM (csrc/qgemm.c) against kime's FP32 GEMM (csrc/gemm.c) on ModernBERT shapes.
 
     python -m bench.qgemm --threads 2 --repeat 30
-    python -m bench.qgemm --impl avx2 avxvnni vnni512
+    python -m bench.qgemm --impl avx2 avxvnni vnni512 amx
     python -m bench.qgemm --impl neon sdot smmla          (aarch64)
 
 For each linear layer of ModernBERT-base and -large at M = 512 tokens, times kime_qgemm (dynamic
@@ -50,7 +50,7 @@ def p95(times: list[float]) -> float:
 # KIME_QGEMM's names on this machine's architecture
 IMPLS = (["portable", "neon", "sdot", "smmla"]
          if platform.machine().lower() in ("aarch64", "arm64")
-         else ["portable", "avx2", "avxvnni", "vnni512"])
+         else ["portable", "avx2", "avxvnni", "vnni512", "amx"])
 
 
 def forced(impl: str | None) -> None:

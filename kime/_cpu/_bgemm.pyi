@@ -4,8 +4,8 @@ from typing import Dict, Optional
 import numpy as np
 
 EPILOGUES: Dict[str, int]
-KERNELS: str
 
+def kernels() -> str: ...
 def missing(isa: int = ...) -> Optional[str]: ...
 def pack(W: np.ndarray, geglu: bool = ...) -> np.ndarray: ...
 def gemm(A: np.ndarray, packed: np.ndarray, N: int, K: int, bias: Optional[np.ndarray] = ...,

@@ -26,9 +26,13 @@ cdef extern from "bgemm.h" nogil:
                     int nthreads)
 
 EPILOGUES = epilogues()
-KERNELS = kime_bgemm_kernels().decode()
-"""The name of this architecture's BF16 kernel set ("avx512bf16", "bfmmla" on aarch64), as
-`kime doctor` and a model's description say it."""
+
+
+def kernels() -> str:
+    """The BF16 kernel set a call runs now, as `kime doctor` and a model's description say it:
+    "amx-bf16" (AMX tiles, at the CPU's own avx512 level, unless KIME_BGEMM=avx512bf16),
+    "avx512bf16", or "bfmmla" on aarch64. KIME_ISA and KIME_BGEMM are read on every call."""
+    return kime_bgemm_kernels().decode()
 
 
 def missing(int isa=-1):

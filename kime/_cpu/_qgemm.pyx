@@ -43,8 +43,8 @@ def isa_name(int isa) -> str:
 
 
 def impl(int isa=-1) -> int:
-    """The kernel set `isa` runs: 0 portable, 1 avx2, 2 vnni512, 3 avxvnni, 4 avxvnni-evex;
-    on aarch64 5 neon, 6 sdot, 7 smmla."""
+    """The kernel set `isa` runs: 0 portable, 1 avx2, 2 vnni512, 3 avxvnni, 4 avxvnni-evex,
+    8 amx; on aarch64 5 neon, 6 sdot, 7 smmla."""
     return kime_qgemm_impl(_isa(isa))
 
 

@@ -43,7 +43,7 @@ def bf16_missing() -> Optional[str]:
     why = _bgemm.missing()
     if why is None:
         return None
-    if _bgemm.KERNELS == "bfmmla":  # aarch64: FEAT_BF16's matrix multiply-accumulate
+    if _bgemm.kernels() == "bfmmla":  # aarch64: FEAT_BF16's matrix multiply-accumulate
         if why == "isa":
             return ("this CPU has FEAT_BF16, but KIME_ISA=%s caps kime's kernels below bf16"
                     % os.environ.get("KIME_ISA", ""))
@@ -62,7 +62,7 @@ def bf16_missing() -> Optional[str]:
 def _bf16_kernels() -> str:
     from . import _bgemm
 
-    return str(_bgemm.KERNELS)
+    return str(_bgemm.kernels())
 
 
 def check_bf16() -> None:
@@ -87,7 +87,7 @@ def kernels_report() -> Dict[str, object]:
     return {"isa": _forward.isa_name(_forward.isa_detect()), "fp32_kernels": _gemm.kernel_name(),
             "cpu_features": _gemm.cpu_features(), "int8_kernels": _qgemm.impl_name(),
             "kime_qgemm_env": os.environ.get("KIME_QGEMM"), "bf16_missing": missing,
-            "bf16_kernels": _bgemm.KERNELS if missing is None else None,
+            "bf16_kernels": _bgemm.kernels() if missing is None else None,
             "bf16_attention": _attention.bf16_kernels(),
             "pool_spin_us": _forward.pool_spin_us() if _forward.pool_threaded() else None}
 
@@ -203,7 +203,7 @@ class CpuBackend:
         # call then agree even if KIME_QGEMM changes while the model is loaded.
         int8 = self.precision is Precision.INT8 or "int8" in self.layers
         qisa = _qgemm.pin(self._isa) if int8 else None
-        self.kernels = (_bgemm.KERNELS if bf16 else self._isa_name if qisa is None
+        self.kernels = (_bgemm.kernels() if bf16 else self._isa_name if qisa is None
                         else _qgemm.impl_name(qisa))
         # Below FP32 the precision contract (docs/precision.md) lets a layer's attention products
         # run in BF16, whose bits are the same at every ISA level (kernels.h): every layer whose

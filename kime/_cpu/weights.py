@@ -251,7 +251,7 @@ def _key(ck: Checkpoint, isa_name: str, precision: str = "f32",
          qimpl: Optional[str] = None, compiled: Optional[str] = None) -> str:
     """The cache key. An INT8 pack is valid only for the kernel set (`qimpl`, qgemm's impl name)
     that made it, and the ISA alone does not fix that (the CPU's VNNI flavours and KIME_QGEMM
-    choose between avx2, avxvnni and vnni512), so a key with INT8 layers names it. A mixed
+    choose between avx2, avxvnni, vnni512 and amx), so a key with INT8 layers names it. A mixed
     model's `precision` is `mixed.<digest of its layers' precisions>`. `compiled` is the build's
     source digest (`_forward.source_digest()` when not given)."""
     if compiled is None:

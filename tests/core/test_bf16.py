@@ -46,7 +46,7 @@ def test_close_to_fp32(name: str, tmp_path, monkeypatch) -> None:
     f32 = _engine(_path(name), threads=2, precision="f32")
     bf16 = _engine(_path(name), threads=2, precision="bf16")
     assert bf16.device == ("cpu (%s BF16 GEMMs, BF16 attention products, FP32 softmax, norms "
-                           "and heads, 2 threads)" % _bgemm.KERNELS)
+                           "and heads, 2 threads)" % _bgemm.kernels())
     reqs = _requests(7, 24) + builtin_requests(30)
     agree = total = 0
     for a, b in zip(f32.decide_batch(reqs, cache=False), bf16.decide_batch(reqs, cache=False)):
@@ -90,7 +90,7 @@ def test_packed_blob_has_its_own_key_and_is_reused(tmp_path, monkeypatch) -> Non
     assert len(set(files.values())) == 3 and "-bf16-" in Path(files[Precision.BF16]).name
     again = CpuBackend(ck, 1, precision="bf16")
     assert again.weights_from == "cache" and again.weights_file == files[Precision.BF16]
-    assert again.spec.bf16 and not again.spec.int8 and again.kernels == _bgemm.KERNELS
+    assert again.spec.bf16 and not again.spec.int8 and again.kernels == _bgemm.kernels()
     assert sorted(Path(packed.cache_dir()).glob("*.kpack")) == sorted(Path(f) for f in
                                                                        files.values())
 
@@ -202,7 +202,7 @@ def test_doctor_reports_bf16(capsys) -> None:
     assert cli.main(["doctor", "--json"]) == 0
     cpu = json.loads(capsys.readouterr().out)["cpu"]
     if _bgemm.missing() is None:
-        assert cpu["bf16_kernels"] == _bgemm.KERNELS and cpu["bf16_missing"] is None
+        assert cpu["bf16_kernels"] == _bgemm.kernels() and cpu["bf16_missing"] is None
     else:
         assert cpu["bf16_kernels"] is None and "AVX512_BF16" in cpu["bf16_missing"]
     assert cli.main(["doctor"]) == 0

@@ -5,8 +5,10 @@ matches the float64 product of the rounded operands within FP32's sum error, ove
 and the bucket limit; the rounding itself is bit-exact, on the weights (packing) and on the
 activations (the kernel's A packing), for any float32. Accuracy: against the unrounded float64
 product, within bfloat16's rounding. Determinism: bits independent of the thread count and of
-the batch a row is computed in. Where the CPU (or KIME_ISA) lacks AVX512_BF16, the kernel tests
-skip and the refusal is what is tested.
+the batch a row is computed in. Each x86 kernel set this CPU runs is tested in turn: AVX512_BF16's
+vdpbf16ps and, where the CPU has AMX-BF16, the tdpbf16ps tiles (KIME_BGEMM=avx512bf16 picks the
+former). Where the CPU (or KIME_ISA) lacks AVX512_BF16, the kernel tests skip and the refusal is
+what is tested.
 """
 from __future__ import annotations
 
@@ -37,6 +39,23 @@ NS = [1, 5, 31, 32, 33, 96, 100]
 needs_bf16 = pytest.mark.skipif(
     _bgemm.missing() is not None,
     reason="the BF16 GEMM does not run here (missing: %s)" % _bgemm.missing())
+# groups a panel holds for K = 1: x86 pads K to 16 pairs (an AMX tile's rows), aarch64 to 4
+GROUPS_K1 = 1 if ARM64 else 16
+# the kernel sets, and the KIME_BGEMM value that runs each (None: the default pick)
+KERNEL_SETS = {"bfmmla": None} if ARM64 else {"amx-bf16": None, "avx512bf16": "avx512bf16"}
+
+
+@pytest.fixture(params=list(KERNEL_SETS))
+def kernel_set(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs the test under one kernel set, skipping those this CPU does not run."""
+    env = KERNEL_SETS[request.param]
+    if env is None:
+        monkeypatch.delenv("KIME_BGEMM", raising=False)
+    else:
+        monkeypatch.setenv("KIME_BGEMM", env)
+    if _bgemm.kernels() != request.param:
+        pytest.skip("%s does not run here (%s does)" % (request.param, _bgemm.kernels()))
+    return str(request.param)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -47,7 +66,7 @@ def serial_blas():
 
 
 @needs_bf16
-def test_matches_float64_of_the_rounded_operands() -> None:
+def test_matches_float64_of_the_rounded_operands(kernel_set: str) -> None:
     """Every epilogue, with and without bias, over M x K x N, sizes 0 and 1 and odd tails
     included (GEGLU takes the even N rows): the float64 product of bf16(A) and bf16(W), within
     FP32's sum error, since products of two bfloat16 are exact in FP32."""
@@ -83,7 +102,7 @@ def test_matches_float64_of_the_rounded_operands() -> None:
 
 
 @needs_bf16
-def test_bucket_limit_rows() -> None:
+def test_bucket_limit_rows(kernel_set: str) -> None:
     """The largest bucket's token count as M, on two threads (rows split between them)."""
     rng = np.random.default_rng(2)
     M, K, N = BUCKETS[-1], 67, 45
@@ -95,7 +114,7 @@ def test_bucket_limit_rows() -> None:
 
 
 @needs_bf16
-def test_close_to_the_unrounded_product() -> None:
+def test_close_to_the_unrounded_product(kernel_set: str) -> None:
     """Against float64 of the FP32 operands: bfloat16's rounding of A and W, and FP32's sums."""
     rng = np.random.default_rng(3)
     for M, K, N in ((1, 768, 100), (29, 1152, 33), (64, 3, 7)):
@@ -131,36 +150,41 @@ def test_weight_rounding_is_bit_exact(values: list) -> None:
     panel holds row j in its low half."""
     x = np.asarray(values, np.float32)
     packed = _bgemm.pack(x[:, None])
-    lanes = packed.reshape(-1, NR, KG)[:, :, 0].reshape(-1)[:x.size]
+    lanes = packed.reshape(-1, GROUPS_K1, NR, KG)[:, 0, :, 0].reshape(-1)[:x.size]
     assert np.array_equal(lanes, bf16_bits(x))
 
 
 def test_packing_layout_and_size() -> None:
-    """Half the bytes of the FP32 panels (for even K), deterministic, 64-byte aligned, and the
-    GEGLU pairing of the FP32 GEMM: lanes 0-15 the "a" rows, 16-31 the matching gate rows."""
+    """Half the bytes of the FP32 panels (for K a multiple of 32), deterministic, 64-byte aligned,
+    and the GEGLU pairing of the FP32 GEMM: lanes 0-15 the "a" rows, 16-31 the matching gate
+    rows; past K, zeros (x86 pads K to 16 pairs, an AMX tile's rows)."""
     rng = np.random.default_rng(4)
     W = rng.standard_normal((70, 46), dtype=np.float32)
+    W64 = rng.standard_normal((70, 64), dtype=np.float32)
     for geglu in (False, True):
         first = _bgemm.pack(W, geglu=geglu)
         assert first.ctypes.data % 64 == 0
         assert np.array_equal(first, _bgemm.pack(W.copy(), geglu=geglu))
-        fp32 = _gemm.pack(W, isa=_gemm.isa_detect(), geglu=geglu)
+        fp32 = _gemm.pack(W64, isa=_gemm.isa_detect(), geglu=geglu)
         if not ARM64 and _gemm.isa_detect() == 2:  # the AVX-512 panels are 32 wide too
-            assert first.nbytes * 2 == fp32.nbytes
-    groups = -(-46 // KG)  # 23 pairs of k per panel on x86, 12 groups of 4 on aarch64
+            assert _bgemm.pack(W64, geglu=geglu).nbytes * 2 == fp32.nbytes
+    # 23 pairs of k padded to 32 per panel on x86, 12 groups of 4 on aarch64
+    groups = -(-46 // KG) if ARM64 else 32
     panel = _bgemm.pack(W, geglu=True).reshape(-1, groups, NR, KG)
     assert np.array_equal(panel[0, :, 3, :].reshape(-1)[:46], bf16_bits(W[3]))
     assert np.array_equal(panel[0, :, NR // 2 + 3, :].reshape(-1)[:46], bf16_bits(W[35 + 3]))
+    assert (panel.transpose(0, 2, 1, 3).reshape(panel.shape[0], NR, -1)[:, :, 46:] == 0).all()
     odd = _bgemm.pack(np.ascontiguousarray(W[:, :45])).reshape(-1, groups, NR, KG)
-    # K = 45: the last group's k past 44 are zero padding
-    assert (odd[:, groups - 1, :, 1:] == 0).all()
+    # K = 45: every k past 44 is zero padding
+    assert (odd.transpose(0, 2, 1, 3).reshape(odd.shape[0], NR, -1)[:, :, 45:] == 0).all()
 
 
 @needs_bf16
 @pytest.mark.parametrize("epilogue,N,with_bias", [("store", 100, False), ("accum", 96, True),
                                                    ("gelu", 33, True), ("geglu", 100, True)],
                          ids=["store", "accum", "gelu", "geglu"])
-def test_bits_independent_of_threads_and_batch(epilogue: str, N: int, with_bias: bool) -> None:
+def test_bits_independent_of_threads_and_batch(epilogue: str, N: int, with_bias: bool,
+                                               kernel_set: str) -> None:
     rng = np.random.default_rng(11)
     K = 768
     W = rng.standard_normal((N, K), dtype=np.float32)
@@ -217,7 +241,7 @@ def test_capped_isa_refuses_to_run(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @needs_bf16
-def test_epilogues_are_the_fp32_gemms() -> None:
+def test_epilogues_are_the_fp32_gemms(kernel_set: str) -> None:
     """The BF16 tile goes through the FP32 GEMM's store: with bfloat16-exact inputs (K = 1,
     W = 1, A already bfloat16) both GEMMs give the same bits for every epilogue."""
     x = bf16(np.linspace(-8, 8, 4099, dtype=np.float32))[:, None]

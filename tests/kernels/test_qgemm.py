@@ -1,8 +1,8 @@
 """kime._cpu._qgemm (csrc/qgemm.c): the INT8 GEMM with fused dequantization, on every kernel set
 ("impl") this CPU runs, each forced in turn through KIME_QGEMM: portable, AVX2's vpmaddubsw,
-AVX-VNNI's ymm vpdpbusd and AVX-512 VNNI's zmm vpdpbusd. A CPU without AVX-VNNI but with
-AVX512-VL + VNNI runs the AVX-VNNI kernel's EVEX twin: the same code, another encoding. On
-aarch64 the impls are portable, neon (smull/sadalp), sdot (dotprod) and smmla (i8mm).
+AVX-VNNI's ymm vpdpbusd, AVX-512 VNNI's zmm vpdpbusd and AMX's tdpbusd tiles. A CPU without
+AVX-VNNI but with AVX512-VL + VNNI runs the AVX-VNNI kernel's EVEX twin: the same code, another
+encoding. On aarch64 the impls are portable, neon (smull/sadalp), sdot (dotprod) and smmla (i8mm).
 
 Exactness: the raw INT32 sums equal an int64 NumPy product of A and W quantized in NumPy exactly
 as the kernel does, bit for bit. Accuracy: the dequantized output and every epilogue against the
@@ -25,7 +25,7 @@ from .reference import quantize_int8 as quantize
 
 ARM64 = platform.machine().lower() in ("aarch64", "arm64")
 IMPLS = ["portable", "neon", "sdot", "smmla"] if ARM64 else ["portable", "avx2", "avxvnni",
-                                                             "vnni512"]
+                                                             "vnni512", "amx"]
 SIMD_IMPLS = IMPLS[1:]
 EPILOGUES = ["store", "accum", "gelu", "relu", "geglu"]
 MS = [1, 2, 5, 7, 13, 64, 333]
@@ -281,7 +281,8 @@ def test_simd_impls_agree_bit_for_bit(epilogue: str, monkeypatch: pytest.MonkeyP
 
 def test_impl_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     """The ISA bounds the impl, KIME_QGEMM caps it further (unknown names cap nothing), and
-    avxvnni's EVEX twin runs only when asked for by name."""
+    avxvnni's EVEX twin runs only when asked for by name; amx runs at the CPU's own avx512 level
+    or when named."""
     isas = range(_qgemm.isa_detect() + 1)
 
     def chosen(cap: str | None) -> list[str]:
@@ -304,12 +305,29 @@ def test_impl_choice(monkeypatch: pytest.MonkeyPatch) -> None:
     # AVX-VNNI is above the avx2 level: a level below the CPU's own runs avx2's INT8 kernels
     assert default[1:2] == (["avx2"] if len(default) > 2 else default[1:2])
     assert all(name in ("avx2", "avxvnni") for name in default[1:2])
-    assert all(name in ("avx2", "vnni512") for name in default[2:])
-    assert chosen("bogus") == default and chosen("vnni512") == default
+    assert all(name in ("avx2", "vnni512", "amx") for name in default[2:])
+    assert chosen("bogus") == default and chosen("amx") == default
+    # AMX is above the avx512 level's own set: vnni512 caps it, and nothing else changes
+    assert chosen("vnni512") == ["vnni512" if name == "amx" else name for name in default]
     assert set(chosen("portable")) == {"portable"}
     assert chosen("avx2") == ["portable"] + ["avx2"] * (len(default) - 1)
     for name in chosen("avxvnni")[1:]:
         assert name in ("avx2", "avxvnni", "avxvnni-evex")
+
+
+def test_amx_runs_at_a_named_level_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """KIME_ISA=avx512 alone runs vnni512, the level's own set, even where AMX is there;
+    KIME_QGEMM=amx beside it runs AMX, as KIME_QGEMM=avxvnni does beside KIME_ISA=avx2."""
+    monkeypatch.delenv("KIME_ISA", raising=False)
+    monkeypatch.delenv("KIME_QGEMM", raising=False)
+    if _qgemm.impl_name() != "amx":
+        pytest.skip("this CPU or OS runs no AMX (it runs %s)" % _qgemm.impl_name())
+    monkeypatch.setenv("KIME_ISA", "avx512")
+    assert _qgemm.impl_name() == "vnni512"
+    monkeypatch.setenv("KIME_QGEMM", "amx")
+    assert _qgemm.impl_name() == "amx"
+    monkeypatch.setenv("KIME_ISA", "avx2")
+    assert _qgemm.impl_name() == "avx2"
 
 
 @pytest.mark.parametrize("level", ["portable", "avx2", "avx512", "neon", "dotprod", "i8mm",

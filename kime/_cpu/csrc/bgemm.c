@@ -21,6 +21,7 @@
  * panel layout (4 k per column pair group); word counts per row (kw_of) cover both layouts.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h" /* round_bf16: vcvtne2ps2bf16's rounding */
@@ -40,6 +41,11 @@
 #define TB512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,fma")))
 #include "vgelu.h"
 #include "sliver512.h"
+#include "amx.h"
+#ifdef KIME_AMX
+#define KB_AMX 1
+#define TBAMX __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+#endif
 #endif
 
 #include "epilogue512.h"
@@ -52,7 +58,12 @@
 #define BMR 14
 #define BNR 32
 #endif
+#define AMX_MR 32 /* the AMX kernel's rows: 2 x 2 tiles of 16 x 16 */
+#ifdef KB_AMX
+#define BMAX_TILE (AMX_MR * BNR) /* floats of the largest tile (AMX's) */
+#else
 #define BMAX_TILE (BMR * BNR)  /* floats of the register tile */
+#endif
 #define A_BYTES (384 << 10)    /* a thread's packed A block: a third of a Zen 4 or 5 core's L2 */
 
 #ifdef KB_BF16
@@ -83,6 +94,25 @@ static int cpu_bf16(void)
     return has;
 }
 
+/* 1 when the AMX kernel runs at `isa`: AMX-BF16 that this process may use, at the CPU's own
+ * avx512 level (a named KIME_ISA runs the level's own kernels, as qgemm.c's AMX), unless
+ * KIME_BGEMM=avx512bf16 (read on every call) asks for the AVX-512 kernel. */
+static int use_amx(int isa)
+{
+#ifdef KB_AMX
+    static volatile int cached = -1;
+    int has = cached;
+    if (has < 0)
+        cached = has = cpu_bf16() && (kime_amx_features() & KIME_AMX_BF16) ? 1 : 0;
+    const char *want = getenv("KIME_BGEMM");
+    return has && isa == KIME_ISA_AVX512 && kime_isa_uncapped(isa) &&
+           !(want && strcmp(want, "avx512bf16") == 0);
+#else
+    (void)isa;
+    return 0;
+#endif
+}
+
 const char *kime_bgemm_missing(int isa)
 {
 #if defined(KB_ARM)
@@ -106,19 +136,22 @@ const char *kime_bgemm_missing(int isa)
 const char *kime_bgemm_kernels(void)
 {
 #if defined(KB_ARM)
+    (void)use_amx;
     return "bfmmla";
 #else
-    return "avx512bf16";
+    return use_amx(kime_isa_detect()) ? "amx-bf16" : "avx512bf16";
 #endif
 }
 
-/* 32-bit words a packed row (or column) takes: x86 pairs of k; aarch64 groups of 4 k, 2 words */
+/* 32-bit words a packed row (or column) takes: x86 pairs of k, padded to 16 pairs (an AMX
+ * tile's rows, so its loads never pass the panel; both x86 kernels read the one layout);
+ * aarch64 groups of 4 k, 2 words */
 static size_t kw_of(int K)
 {
 #if defined(KB_ARM)
     return ((size_t)(K > 0 ? K : 0) + 3) / 4 * 2;
 #else
-    return (size_t)((K > 0 ? K : 0) + 1) / 2;
+    return ((size_t)(K > 0 ? K : 0) + 31) / 32 * 16;
 #endif
 }
 
@@ -166,12 +199,12 @@ void kime_bgemm_pack(const float *W, int N, int K, int geglu, void *packed)
 
 /* ---- scratch ---------------------------------------------------------------------------------- */
 
-/* Rows of A a thread packs at once: a multiple of MR whose block fills about A_BYTES. */
-static int bblock_rows(int K)
+/* Rows of A a thread packs at once: a multiple of mr whose block fills about A_BYTES. */
+static int bblock_rows(int K, int mr)
 {
     size_t k2 = kw_of(K) > 0 ? kw_of(K) : 1;
-    size_t tiles = A_BYTES / ((size_t)BMR * k2 * sizeof(uint32_t));
-    return BMR * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
+    size_t tiles = A_BYTES / ((size_t)mr * k2 * sizeof(uint32_t));
+    return mr * (int)(tiles < 1 ? 1 : tiles > 64 ? 64 : tiles);
 }
 
 /* One row rounded to bf16, in whole 64-byte conversions (32 floats each). */
@@ -181,7 +214,9 @@ static size_t row_bytes(int K) { return (kw_of(K) * sizeof(uint32_t) + 63) & ~(s
  * multiple of 64 bytes, so every share stays 64-B aligned. */
 static size_t bthread_bytes(int K)
 {
-    size_t block = (size_t)bblock_rows(K) * kw_of(K) * sizeof(uint32_t);
+    const int rows = bblock_rows(K, BMR) > bblock_rows(K, AMX_MR) ? bblock_rows(K, BMR)
+                                                                  : bblock_rows(K, AMX_MR);
+    size_t block = (size_t)rows * kw_of(K) * sizeof(uint32_t);
     return BMAX_TILE * sizeof(float) + row_bytes(K) + ((block + 63) & ~(size_t)63);
 }
 
@@ -251,6 +286,73 @@ TB512 static void kernel(int m, int K2, const uint32_t *a, const uint32_t *b, fl
 }
 
 #define store_tile store512
+
+#ifdef KB_AMX
+/* ---- AMX-BF16 kernel: 32 x 32 tiles of tdpbf16ps ------------------------------------------- */
+
+/* Rows [0, m) of A rounded as pack_a rounds them, into the A tiles: per 16 pairs of k, the
+ * sliver's AMX_MR rows of 16 words, so each tile is 1 KiB in one piece; the padded rows the
+ * kernel loads hold zeros. */
+TB512 static void pack_a_amx(const float *A, int lda, int m, int K, uint32_t *dst)
+{
+    const int K2 = (int)kw_of(K);
+    for (int i = 0; i < m; i++) {
+        const float *x = A + (size_t)i * lda;
+        for (int g = 0; g < K2; g += 16) {
+            const int k = 2 * g, left = K - k;
+            const __mmask16 lo = left >= 16 ? 0xffff
+                                 : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            const __mmask16 hi = left >= 32 ? 0xffff
+                                 : left > 16 ? (__mmask16)((1u << (left - 16)) - 1) : 0;
+            const __m512i r = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, x + k + 16),
+                                                           _mm512_maskz_loadu_ps(lo, x + k));
+            _mm512_storeu_si512(dst + ((size_t)g / 16 * AMX_MR + i) * 16, r);
+        }
+    }
+    const int top = m <= 16 ? 16 : AMX_MR; /* the rows the kernel's tiles load */
+    for (int i = m; i < top; i++)
+        for (int g = 0; g < K2; g += 16)
+            _mm512_storeu_si512(dst + ((size_t)g / 16 * AMX_MR + i) * 16, _mm512_setzero_si512());
+}
+
+/* tdpbf16ps sums a row's 32 products per tile row into FP32, as vdpbf16ps does per pair, in
+ * hardware's own order within the tile: its bits are its own (the same at any thread count and
+ * batch: every C element still takes every k in one fixed sequence of tiles). Tiles as qgemm.c's
+ * AMX kernel: 0-3 the 2 x 2 accumulators, 4-5 A, 6-7 the panel's two halves at a stride of one
+ * pair group (128 bytes). */
+TBAMX static void kernel_amx(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
+{
+    const uint32_t *end = b + (size_t)K2 * BNR;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (m > 16) {
+        _tile_zero(2);
+        _tile_zero(3);
+        for (; b < end; b += 16 * BNR, a += AMX_MR * 16) {
+            _tile_loadd(6, b, BNR * 4);
+            _tile_loadd(7, b + 16, BNR * 4);
+            _tile_loadd(4, a, 64);
+            _tile_loadd(5, a + 16 * 16, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(2, acc + 16 * BNR, BNR * 4);
+        _tile_stored(3, acc + 16 * BNR + 16, BNR * 4);
+    } else {
+        for (; b < end; b += 16 * BNR, a += AMX_MR * 16) {
+            _tile_loadd(6, b, BNR * 4);
+            _tile_loadd(7, b + 16, BNR * 4);
+            _tile_loadd(4, a, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+        }
+    }
+    _tile_stored(0, acc, BNR * 4);
+    _tile_stored(1, acc + 16, BNR * 4);
+}
+#endif /* KB_AMX */
 #endif /* KB_BF16 */
 
 #ifdef KB_ARM
@@ -266,6 +368,7 @@ typedef struct {
     int lda, M, K, outputs, width, npanels;
     epilogue e;
     char *scratch;
+    int amx; /* the AMX kernel and its A tiles (use_amx) */
 } bjob;
 
 /* Thread t's share of scratch: its accumulator tile, one row's words, then its A block. */
@@ -280,6 +383,13 @@ static void bpack_tile(const void *p, int tid, int owner, int m0, int i, int m)
     uint32_t *row = (uint32_t *)(bthread_base(j, tid) + BMAX_TILE * sizeof(float));
     uint32_t *ap = (uint32_t *)(bthread_base(j, owner) + BMAX_TILE * sizeof(float) +
                                 row_bytes(j->K));
+#ifdef KB_AMX
+    if (j->amx) {
+        pack_a_amx(j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K,
+                   ap + (size_t)i * kw_of(j->K));
+        return;
+    }
+#endif
     pack_a(j->A + (size_t)(m0 + i) * j->lda, j->lda, m, j->K, row, ap + (size_t)i * kw_of(j->K));
 }
 
@@ -290,18 +400,32 @@ static void brun_panels(const void *p, int tid, int owner, int m0, int mb, int p
     float *acc = (float *)bthread_base(j, tid);
     const uint32_t *ap = (const uint32_t *)(bthread_base(j, owner) + BMAX_TILE * sizeof(float) +
                                             row_bytes(j->K));
+    const int mr = j->amx ? AMX_MR : BMR;
+#ifdef KB_AMX
+    if (j->amx)
+        kime_amx_enter();
+#endif
     for (int q = p0; q < p1; q++) {
         const uint32_t *b = j->panels + (size_t)q * K2 * BNR;
         const int n0 = q * j->width;
         const int nv = j->outputs - n0 < j->width ? j->outputs - n0 : j->width;
-        for (int i = 0; i < mb; i += BMR) {
-            const int m = mb - i < BMR ? mb - i : BMR;
+        for (int i = 0; i < mb; i += mr) {
+            const int m = mb - i < mr ? mb - i : mr;
             float *c = j->e.C + (size_t)(m0 + i) * j->e.ldc;
             kime_prefetch_tile(c, j->e.ldc, m, n0, nv);
-            kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
+#ifdef KB_AMX
+            if (j->amx)
+                kernel_amx(m, (int)K2, ap + (size_t)i * K2, b, acc);
+            else
+#endif
+                kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
             store_tile(acc, m, n0, nv, &j->e, c);
         }
     }
+#ifdef KB_AMX
+    if (j->amx)
+        kime_amx_leave();
+#endif
 }
 #endif /* KB_BF16 || KB_ARM */
 
@@ -316,8 +440,11 @@ void kime_bgemm(const float *A, int lda, int M, int K, int N, const void *packed
     bjob j = {A, (const uint32_t *)packed, lda, M, K, geglu ? N / 2 : N, geglu ? BNR / 2 : BNR,
               (int)bpanels(N, geglu),
               {bias, geglu && bias ? bias + N / 2 : NULL, C, ldc, epilogue_kind},
-              (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63)};
-    const kime_gemm_plan plan = {&j, M, BMR, bblock_rows(K), j.npanels, bpack_tile, brun_panels};
+              (char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63),
+              use_amx(kime_isa_detect())};
+    const int mr = j.amx ? AMX_MR : BMR;
+    const kime_gemm_plan plan = {&j, M, mr, bblock_rows(K, mr), j.npanels, bpack_tile,
+                                 brun_panels};
     kime_gemm_drive(&plan, nthreads);
 #else
     (void)A, (void)lda, (void)M, (void)K, (void)N, (void)packed, (void)bias;

@@ -11,6 +11,8 @@
  * Kernels.
  *  - AVX-512 VNNI: A packed unsigned (u8 = q + 128), 14 x 32 tiles of vpdpbusd; the store
  *    subtracts 128 * colsum(q_w), which makes the sum exactly sum q_a q_w.
+ *  - AMX: the same unsigned scheme, quantization and store, with 32 x 32 tiles of tdpbusd
+ *    (amx.h) over vnni512's panels, K padded to 64 (QL_K64).
  *  - AVX-VNNI: the same unsigned scheme in ymm, 6 x 16 tiles (12 accumulators, 2 B vectors and
  *    a broadcast fill the 16 VEX registers), reusing the AVX2 quantization and store. Its body is
  *    written once (QKERNEL_YMM_VNNI) and built for the VEX instruction and for its EVEX twin.
@@ -43,6 +45,11 @@
 #define TQ512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
 #define TQ256 __attribute__((target("avx2,fma")))
 #define TQYMM_EVEX __attribute__((target("avx2,fma,avx512vl,avx512vnni")))
+#include "amx.h" /* AMX (Sapphire Rapids and later): GCC 11 and clang 12 know its intrinsics */
+#ifdef KIME_AMX
+#define KQ_AMX 1
+#define TQAMX __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl")))
+#endif
 #include "sliver512.h"
 #include <cpuid.h>
 /* The "avxvnni" target and _mm256_dpbusd_avx_epi32 arrived in GCC 11 and clang 12; older
@@ -57,8 +64,8 @@
 #define KQ_ARM 1
 #endif
 
-#define QMAX_TILE (14 * 32) /* int32 of the largest MR x NR tile */
-#define QMAX_MC (64 * 14)   /* most rows in a thread's A block */
+#define QMAX_TILE (32 * 32) /* int32 of the largest MR x NR tile (amx's) */
+#define QMAX_MC (64 * 32)   /* most rows in a thread's A block: 64 of the tallest tiles */
 
 typedef struct {
     const float *bias, *gbias;
@@ -67,8 +74,10 @@ typedef struct {
 
 /* Packed layouts. QL_K4: 4-k groups, lane j of a group is 4 consecutive k of column j (rows
  * of A the same). QL_MMLA (smmla): K padded to 8; per 8-k group, pairs of columns (rows) as 16
- * bytes, the first one's 8 k then the second's. */
-enum { QL_K4 = 0, QL_MMLA = 1 };
+ * bytes, the first one's 8 k then the second's. QL_K64 (amx): the panels of QL_K4 with K padded
+ * to 64, so that a tile of 16 groups never reads past its panel; A slivers in tiles (qpack_amx).
+ */
+enum { QL_K4 = 0, QL_MMLA = 1, QL_K64 = 2 };
 
 typedef struct {
     int mr, nr, offset;
@@ -83,6 +92,10 @@ typedef struct {
     int layout; /* QL_K4 (0) unless named */
     /* optional: qpack_a's sliver and scales (the same bytes) faster; NULL: quant, then qpack_a */
     void (*pack)(const float *A, int lda, int m, int K, int K4, int mr, uint8_t *dst, float *sa);
+    /* optional: a thread's set-up before its tiles and its release after them (amx's tile
+     * configuration, which is per thread) */
+    void (*enter)(void);
+    void (*leave)(void);
 } qimpl;
 
 static const float QSQRT1_2 = 0.70710678118654752440f;
@@ -466,6 +479,92 @@ QKERNEL_YMM_VNNI(TQYMM_VEX, qkernel_avxvnni, _mm256_dpbusd_avx_epi32)
 #endif
 QKERNEL_YMM_VNNI(TQYMM_EVEX, qkernel_avxvnni_evex, _mm256_dpbusd_epi32)
 #undef QKERNEL_YMM_VNNI
+
+#ifdef KQ_AMX
+/* ---- AMX: 32 x 32 tiles of tdpbusd, u8 = q + 128 ------------------------------------------ */
+
+/* One tdpbusd multiplies a tile of 16 rows x 16 4-k groups of A (u8) by 16 groups x 16 columns
+ * of B (s8) into 16 x 16 int32, the same exact sums as vpdpbusd. Tiles 0-3 are a 2 x 2 block of
+ * accumulators, 4-5 two A tiles (rows 0-15 and 16-31), 6-7 two B tiles: vnni512's 32-lane
+ * panels read at a stride of one group (128 bytes), lanes 0-15 and 16-31. The sums land in
+ * vnni512's acc layout (m rows of 32), and vnni512's store dequantizes them: the same bits. */
+#define AMR 32
+
+static void amx_enter(void) { kime_amx_enter(); }
+static void amx_leave(void) { kime_amx_leave(); }
+
+TQAMX static void qkernel_amx(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+{
+    const int8_t *end = b + (size_t)K4 * VNR * 4;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (m > 16) {
+        _tile_zero(2);
+        _tile_zero(3);
+        for (; b < end; b += 16 * VNR * 4, a += AMR * 64) {
+            _tile_loadd(6, b, VNR * 4);
+            _tile_loadd(7, b + 64, VNR * 4);
+            _tile_loadd(4, a, 64);
+            _tile_loadd(5, a + 16 * 64, 64);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        }
+        _tile_stored(2, acc + 16 * VNR, VNR * 4);
+        _tile_stored(3, acc + 16 * VNR + 16, VNR * 4);
+    } else {
+        for (; b < end; b += 16 * VNR * 4, a += AMR * 64) {
+            _tile_loadd(6, b, VNR * 4);
+            _tile_loadd(7, b + 64, VNR * 4);
+            _tile_loadd(4, a, 64);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+        }
+    }
+    _tile_stored(0, acc, VNR * 4);
+    _tile_stored(1, acc + 16, VNR * 4);
+}
+
+/* qpack512's quantization (the same operations, so the same bytes) into the A tiles: per 64
+ * bytes of K (16 groups), the sliver's mr rows of 64 bytes, so each tile the kernel loads is 1 KiB
+ * in one piece and a sliver is read front to back. The tile's padded rows, which the kernel
+ * loads and whose sums the store drops, hold q = 0. */
+TQ512 static void qpack_amx(const float *A, int lda, int m, int K, int K4, int mr, uint8_t *dst,
+                            float *sa)
+{
+    const size_t ld = (size_t)K4 * 4;
+    const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    const __m128i flip = _mm_set1_epi8((char)0x80);
+    for (int i = 0; i < m; i++) {
+        const float *x = A + (size_t)i * lda;
+        __m512 vmax = _mm512_setzero_ps();
+        int k = 0;
+        for (; k + 16 <= K; k += 16)
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(x + k)));
+        if (k < K)
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_maskz_loadu_ps(
+                                           (__mmask16)((1u << (K - k)) - 1), x + k)));
+        const float amax = _mm512_reduce_max_ps(vmax);
+        const __m512 vinv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+        sa[i] = amax / 127.0f;
+        uint8_t *d = dst + (size_t)i * 64;
+        for (k = 0; k < K4 * 4; k += 16) {
+            const int left = K - k;
+            const __mmask16 msk = left >= 16 ? 0xffff
+                                  : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(msk, x + k), vinv));
+            __m128i q = _mm512_cvtepi32_epi8(_mm512_min_epi32(_mm512_max_epi32(v, lo), hi));
+            _mm_storeu_si128((__m128i *)(d + (size_t)(k / 64) * mr * 64 + k % 64),
+                             _mm_xor_si128(q, flip));
+        }
+    }
+    const int top = m <= 16 && mr > 16 ? 16 : mr; /* the rows the kernel's tiles load */
+    for (int i = m; i < top; i++)
+        for (size_t c = 0; c < ld / 64; c++)
+            memset(dst + (c * mr + i) * 64, 0x80, 64);
+}
+#endif /* KQ_AMX */
 #endif /* KQ_X86 */
 
 #ifdef KQ_ARM
@@ -484,6 +583,10 @@ static const qimpl QIMPLS[] = {
 #endif
     [KIME_QGEMM_AVXVNNI_EVEX] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni_evex,
                                  qstore256},
+#ifdef KQ_AMX
+    [KIME_QGEMM_AMX] = {AMR, VNR, 128, 512 << 10, NULL, qkernel_amx, qstore512, QL_K64,
+                        qpack_amx, amx_enter, amx_leave},
+#endif
 #endif
 #ifdef KQ_ARM
     [KIME_QGEMM_NEON] = {NMR, ANR, 0, 64 << 10, quant_neon, qkernel_neon, qstore_neon, QL_K4},
@@ -494,9 +597,9 @@ static const qimpl QIMPLS[] = {
 };
 
 static const char *const QIMPL_NAMES[] = {"portable", "avx2", "vnni512", "avxvnni",
-                                          "avxvnni-evex", "neon", "sdot", "smmla"};
+                                          "avxvnni-evex", "neon", "sdot", "smmla", "amx"};
 
-enum { QCPU_VNNI512 = 1, QCPU_VNNI_EVEX256 = 2, QCPU_AVXVNNI = 4 };
+enum { QCPU_VNNI512 = 1, QCPU_VNNI_EVEX256 = 2, QCPU_AVXVNNI = 4, QCPU_AMX = 8 };
 
 /* The VNNI flavours this CPU (and its OS's register state) runs; cached, as isa.c's answer. */
 #ifdef KQ_X86
@@ -513,6 +616,11 @@ static int qcpu_features(void)
         f |= QCPU_VNNI512;
         if (__builtin_cpu_supports("avx512vl"))
             f |= QCPU_VNNI_EVEX256;
+#ifdef KQ_AMX
+        if ((f & QCPU_VNNI_EVEX256) && __builtin_cpu_supports("avx512bw") &&
+            (kime_amx_features() & KIME_AMX_INT8))
+            f |= QCPU_AMX;
+#endif
     }
 #ifdef KQ_AVXVNNI
     /* cpuid leaf 7 subleaf 1, EAX bit 4; asked directly, as older libgccs don't know the name.
@@ -537,14 +645,19 @@ int kime_qgemm_impl(int isa)
     }
 #ifdef KQ_X86
     /* KIME_QGEMM caps the pick in this order; unset or unknown caps nothing. */
-    enum { UPTO_PORTABLE, UPTO_AVX2, UPTO_AVXVNNI, UPTO_VNNI512 };
+    enum { UPTO_PORTABLE, UPTO_AVX2, UPTO_AVXVNNI, UPTO_VNNI512, UPTO_AMX };
     static const int cap_of[] = {UPTO_PORTABLE, UPTO_AVX2, UPTO_VNNI512, UPTO_AVXVNNI};
     const char *want = getenv("KIME_QGEMM");
-    int cap = UPTO_VNNI512;
+    int cap = UPTO_AMX;
     for (int k = 0; want && k <= KIME_QGEMM_AVXVNNI; k++)
         if (strcmp(want, QIMPL_NAMES[k]) == 0)
             cap = cap_of[k];
     const int cpu = qcpu_features();
+    /* AMX is above the avx512 level's own set, as AVX-VNNI is above avx2's: it runs at the
+     * CPU's own level, or where KIME_QGEMM names it. */
+    if (cap >= UPTO_AMX && isa == KIME_ISA_AVX512 && (cpu & QCPU_AMX) &&
+        (kime_isa_uncapped(isa) || (want && strcmp(want, "amx") == 0)))
+        return KIME_QGEMM_AMX;
     if (cap >= UPTO_VNNI512 && isa == KIME_ISA_AVX512 && (cpu & QCPU_VNNI512))
         return KIME_QGEMM_VNNI512;
     /* AVX-VNNI is above the avx2 level, not in it: KIME_ISA=avx2 (or a level passed below the
@@ -585,7 +698,7 @@ int kime_qgemm_pin(int isa) { return KIME_QGEMM_PINNED | kime_qgemm_impl(isa); }
 
 const char *kime_qgemm_impl_name(int impl)
 {
-    return impl >= 0 && impl <= KIME_QGEMM_SMMLA ? QIMPL_NAMES[impl] : "unknown";
+    return impl >= 0 && impl <= KIME_QGEMM_AMX ? QIMPL_NAMES[impl] : "unknown";
 }
 
 static const qimpl *qimpl_of(int isa) { return &QIMPLS[kime_qgemm_impl(isa)]; }
@@ -603,6 +716,8 @@ static size_t k4_of(int K) { return (size_t)((K > 0 ? K : 0) + 3) / 4; }
 /* 4-k groups of the packed rows, padding included (QL_MMLA pads K to a multiple of 8) */
 static size_t kq_of(const qimpl *im, int K)
 {
+    if (im->layout == QL_K64)
+        return (k4_of(K) + 15) & ~(size_t)15;
     return im->layout == QL_MMLA ? (k4_of(K) + 1) & ~(size_t)1 : k4_of(K);
 }
 
@@ -789,6 +904,8 @@ static void qrun_panels(const void *p, int tid, int owner, int m0, int mb, int p
     float *sa;
     int32_t *acc = (int32_t *)qthread_base(j, tid, &rowq, &ap, &sa);
     qthread_base(j, owner, &rowq, &ap, &sa);
+    if (im->enter)
+        im->enter();
     for (int q = p0; q < p1; q++) {
         const int8_t *b = j->panels + (size_t)q * pb;
         const float *sw = j->sw + (size_t)q * im->nr;
@@ -807,6 +924,8 @@ static void qrun_panels(const void *p, int tid, int owner, int m0, int mb, int p
                           j->C + (size_t)(m0 + i) * j->e.ldc);
         }
     }
+    if (im->leave)
+        im->leave();
 }
 
 static void qlaunch(qjob *j, int nthreads)

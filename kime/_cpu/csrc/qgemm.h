@@ -34,13 +34,15 @@ enum kime_qgemm_kind {
     KIME_QGEMM_AVXVNNI_EVEX = 4, /* the same kernel in EVEX: only when KIME_QGEMM asks for it  */
     KIME_QGEMM_NEON = 5,         /* aarch64: smull/smlal + sadalp, every aarch64 CPU           */
     KIME_QGEMM_SDOT = 6,         /* aarch64 FEAT_DotProd: sdot, 12 x 8 tiles                    */
-    KIME_QGEMM_SMMLA = 7         /* aarch64 FEAT_I8MM: smmla 2 x 8 x 2 blocks, 12 x 8 tiles     */
+    KIME_QGEMM_SMMLA = 7,        /* aarch64 FEAT_I8MM: smmla 2 x 8 x 2 blocks, 12 x 8 tiles     */
+    KIME_QGEMM_AMX = 8           /* AMX-INT8 tdpbusd, 32 x 32 tiles (Sapphire Rapids and later) */
 };
 
-/* The impl `isa` runs: the best of vnni512 (isa AVX512 with AVX512-VNNI), avxvnni (isa AVX2 or
- * above with AVX-VNNI), avx2 (isa AVX2 or above) and portable. The KIME_QGEMM environment variable
- * ("vnni512", "avxvnni", "avx2", "portable"; read on every call, as KIME_ISA) caps it so tests
- * can force each impl; "avxvnni" on a CPU without AVX-VNNI but with AVX512-VL + VNNI runs the
+/* The impl `isa` runs: the best of amx (isa AVX512, the CPU's own level, with AMX-INT8 that the
+ * OS lets this process use), vnni512 (isa AVX512 with AVX512-VNNI), avxvnni (isa AVX2 or above
+ * with AVX-VNNI), avx2 (isa AVX2 or above) and portable. The KIME_QGEMM environment variable
+ * ("amx", "vnni512", "avxvnni", "avx2", "portable"; read on every call, as KIME_ISA) caps it so
+ * tests can force each impl; "avxvnni" on a CPU without AVX-VNNI but with AVX512-VL + VNNI runs the
  * EVEX twin. On aarch64 the impls are smmla (isa I8MM or above), sdot (isa DOTPROD or above),
  * neon (isa NEON or above) and portable, and KIME_QGEMM caps them by the names "smmla", "sdot",
  * "neon", "portable". A packed buffer is valid only for the impl it was packed for, so set it
@@ -51,7 +53,7 @@ int kime_qgemm_impl(int isa);
  * always meet the kernels they were made for. */
 #define KIME_QGEMM_PINNED 0x100
 int kime_qgemm_pin(int isa);
-/* "portable", "avx2", "vnni512", "avxvnni", "avxvnni-evex", "neon", "sdot", "smmla";
+/* "portable", "avx2", "vnni512", "avxvnni", "avxvnni-evex", "neon", "sdot", "smmla", "amx";
  * "unknown" for anything else. */
 const char *kime_qgemm_impl_name(int impl);
 
