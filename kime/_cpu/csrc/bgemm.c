@@ -8,7 +8,8 @@
  * at a time as K2 groups of MR words, the same pairs, zero-padded past M and K.
  *
  * Kernel. 14 x 32 tiles, as the FP32 and VNNI kernels: 28 zmm accumulators, 2 B vectors and a
- * broadcast A pair per row. Per instruction it does twice the FP32 kernel's multiply-adds, and
+ * broadcast A pair per row. With AMX-BF16, 32 x 32 tiles of tdpbf16ps over the same panels
+ * (K padded to 16 pairs for both), A packed in 1 KiB tiles (pack_a_amx). Per instruction it does twice the FP32 kernel's multiply-adds, and
  * per k it reads half the B bytes. The tile's FP32 sums go through the FP32 GEMM's store
  * (epilogue512.h), so the epilogues are the FP32 ones.
  *

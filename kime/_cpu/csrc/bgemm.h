@@ -12,11 +12,14 @@
  * of K; work is split over rows or output panels, never over K. A row's bits do not depend on
  * M, on its tile, on the thread count or on the batch.
  *
- * One kernel set per architecture: AVX-512 with AVX512_BF16 (Zen 4 and later, Cooper Lake,
- * Sapphire Rapids and later), and on aarch64 bfmmla (FEAT_BF16: Neoverse V1/N2/V2, Graviton 3
- * and 4; bgemm_arm64.h, whose sums round to odd as Arm's BFloat16 instructions do). Elsewhere
+ * x86 runs AVX-512 with AVX512_BF16 (Zen 4 and later, Cooper Lake, Sapphire Rapids and later),
+ * or AMX-BF16's tdpbf16ps tiles where the CPU has them (Sapphire Rapids and later; bgemm.c's
+ * use_amx, whose sums round in the tiles' own order: bits of their own), and aarch64 bfmmla
+ * (FEAT_BF16: Neoverse V1/N2/V2, Graviton 3 and 4; bgemm_arm64.h, whose sums round to odd as
+ * Arm's BFloat16 instructions do). Elsewhere
  * kime_bgemm_missing says what is missing and no kernel may be called. The packed layout is
- * the architecture's (x86: pairs of k in 32 columns; aarch64: groups of 4 k in 8 columns).
+ * the architecture's (x86: pairs of k in 32 columns, K padded to 32; aarch64: groups of 4 k in 8
+ * columns).
  */
 #ifndef KIME_BGEMM_H
 #define KIME_BGEMM_H
