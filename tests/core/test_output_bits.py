@@ -33,11 +33,14 @@ QEMU = (working("qemu-x86_64-static") or working("qemu-x86_64")) if X86 else Non
 PICKS = ("KIME_ISA", "KIME_QGEMM", "NPY_DISABLE_CPU_FEATURES", "KIME_CACHE", "QEMU_CPU")
 
 
-def bits(env: Mapping[str, str], prefix: Sequence[str] = ()) -> Dict[str, str]:
-    """tests/output_bits.py's lines as {family: hash}, run under `env` (and `prefix`, qemu)."""
+def bits(env: Mapping[str, str], prefix: Sequence[str] = (), first: bool = False
+         ) -> Dict[str, str]:
+    """tests/output_bits.py's lines as {family: hash}, run under `env` (and `prefix`, qemu), over
+    its three requests or, `first`, the first only (the script's --first)."""
     full = {k: v for k, v in os.environ.items() if k not in PICKS}
     full.update(env)
-    done = subprocess.run([*prefix, sys.executable, str(SCRIPT), str(TINY)], env=full,
+    done = subprocess.run([*prefix, sys.executable, str(SCRIPT), str(TINY),
+                           *(["--first"] if first else [])], env=full,
                           capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-3000:]
     return dict(line.split() for line in done.stdout.splitlines())
@@ -118,22 +121,23 @@ def forced_blas_core_refused(cpu: str) -> Optional[str]:
 
 @pytest.fixture(scope="module")
 def emulated_bits() -> Dict[str, Union[Dict[str, str], str]]:
-    """Each emulated CPU's lines, run side by side (12-15 s each on a Zen 5, minutes on a slower
-    host: see the test's timeout), or why it cannot run."""
+    """Each emulated CPU's lines on the first request (the script's --first: what differs here is
+    the CPU that picks the kernels; the native runs above meet every bucket at every level), run
+    side by side, or why it cannot run."""
     if QEMU is None:
         pytest.skip("needs an x86-64 host with qemu-x86_64(-static)")
     if "avx2" not in simd_levels():
         pytest.skip("this CPU has no AVX2 level to compare the emulated one with")
     refused = {cpu: forced_blas_core_refused(cpu) for cpu in EMULATED}
     with ThreadPoolExecutor(max_workers=2) as pool:
-        runs = {cpu: pool.submit(bits, {}, [QEMU, "-cpu", cpu])
+        runs = {cpu: pool.submit(bits, {}, [QEMU, "-cpu", cpu], True)
                 for cpu in EMULATED if refused[cpu] is None}
         return {cpu: runs[cpu].result() if cpu in runs else refused[cpu] for cpu in EMULATED}
 
 
-# The fixture's two emulated runs count toward the first test that uses it: 12-15 s each on the
-# Zen 5, but 3 min 50 s for EPYC-Milan alone on a 2.1 GHz Intel Xeon (qemu's FMA helpers), the
-# same with the code before AMX; past pytest's 300 s there when both run at once.
+# The fixture's two emulated runs count toward the first test that uses it. qemu's FMA helpers
+# are slow on some hosts: EPYC-Milan's three requests took 4 min on a 2.1 GHz Intel Xeon (the
+# first alone about 40 s), past pytest's 300 s there when both ran at once.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("cpu", list(EMULATED))
@@ -142,4 +146,4 @@ def test_an_emulated_cpu_gives_the_native_bits_of_its_level(
     got = emulated_bits[cpu]
     if isinstance(got, str):
         pytest.skip(got)
-    assert got == bits({"KIME_ISA": EMULATED[cpu]}), (cpu, EMULATED[cpu])
+    assert got == bits({"KIME_ISA": EMULATED[cpu]}, first=True), (cpu, EMULATED[cpu])
