@@ -107,6 +107,11 @@ class Bf16Table:
                                "to bfloat16 (8 significant bits, nearest: 2^-8 of it) before "
                                "P @ V and sums the unrounded ones for 1 / l; atol scales with the "
                                "probability-weighted mean |v| (the reference's `mag`)")
+    attention_probs_two_terms: Tol = Tol(0.0, 2.0 ** -13, "the AMX path's probabilities and "
+                                         "queries in two bfloat16 terms (16 significant bits): "
+                                         "2^-16 of a probability, and the scores' error from "
+                                         "the queries' lo terms, with room; scales as "
+                                         "attention_probs")
     logits: Tol = Tol(0.0, 0.2, "raw option logits of the BF16 model against FP32: every "
                       "encoder and head GEMM rounds its inputs to 8 significant bits, through "
                       "every layer (0.08 measured on the golden checkpoints)")

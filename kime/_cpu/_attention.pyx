@@ -41,8 +41,10 @@ def isa() -> str:
 
 
 def bf16_kernels() -> str:
-    """What computes BF16 attention's products at the ISA the kernels take now: "vdpbf16ps"
-    (AVX512_BF16), "avx2 fma" or "neon fma" (the same bits), or "c" (the portable level's)."""
+    """What computes BF16 attention's products at the ISA the kernels take now: "amx-bf16" (AMX
+    tiles, for head dims of a multiple of 32, with their own bits; unless KIME_BGEMM=avx512bf16),
+    "vdpbf16ps" (AVX512_BF16), "avx2 fma" or "neon fma" (vdpbf16ps's bits), or "c" (the portable
+    level's)."""
     return kime_attention_bf16_kernels(kime_isa_detect()).decode()
 
 

@@ -69,7 +69,8 @@ def test_doctor_json(capsys, monkeypatch, tmp_path):
     from kime._cpu import _attention
 
     assert report["cpu"]["bf16_attention"] == _attention.bf16_kernels()
-    assert report["cpu"]["bf16_attention"] in ("vdpbf16ps", "avx2 fma", "neon fma", "c")
+    assert report["cpu"]["bf16_attention"] in ("amx-bf16", "vdpbf16ps", "avx2 fma",
+                                               "neon fma", "c")
     assert report["cpu"]["pool_spin_us"] == (_forward.pool_spin_us() if _forward.pool_threaded()
                                              else None)
     assert report["cpu"]["threads"] >= 1

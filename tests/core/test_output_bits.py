@@ -2,7 +2,9 @@
 
 tests/output_bits.py prints one hash per family (the RoPE tables, FP32 logits and act, INT8
 logits and act) on the tiny checkpoint. What must hold, on any CPU:
-- every SIMD level gives the same lines (x86 AVX2 and AVX-512 FP32; every INT8 kernel set);
+- every SIMD level gives the same lines (x86 AVX2 and AVX-512 FP32; every INT8 kernel set), and
+  so does the CPU's own level where attention's BF16 products stay on vdpbf16ps (on an AMX CPU
+  uncapped they run on AMX tiles, with AMX's own bits: KIME_BGEMM=avx512bf16 keeps them off);
 - NumPy's own SIMD dispatch changes nothing: NumPy only prepares tables and weights, and once
   computed the RoPE tables with float32 `**`, `cos` and `sin`, which NumPy sends to SVML on
   AVX-512 CPUs, so those CPUs gave other bits than AVX2-only ones at the same KIME_ISA;
@@ -30,7 +32,8 @@ SCRIPT = TESTS / "output_bits.py"
 X86 = platform.machine() in ("x86_64", "AMD64")
 QEMU = (working("qemu-x86_64-static") or working("qemu-x86_64")) if X86 else None
 # variables that pick kernels or NumPy paths; each run sets its own
-PICKS = ("KIME_ISA", "KIME_QGEMM", "NPY_DISABLE_CPU_FEATURES", "KIME_CACHE", "QEMU_CPU")
+PICKS = ("KIME_ISA", "KIME_QGEMM", "KIME_BGEMM", "NPY_DISABLE_CPU_FEATURES", "KIME_CACHE",
+         "QEMU_CPU")
 
 
 def bits(env: Mapping[str, str], prefix: Sequence[str] = (), first: bool = False
@@ -74,8 +77,9 @@ def test_every_simd_level_and_int8_set_gives_the_same_bits() -> None:
     if not levels:
         pytest.skip("this CPU runs the portable level only")
     runs = {"KIME_ISA=" + level: bits({"KIME_ISA": level}) for level in levels}
-    runs.update({"KIME_QGEMM=" + impl: bits({"KIME_QGEMM": impl})
-                 for impl in (("neon", "sdot") if not X86 else ("avx2", "avxvnni"))})
+    # uncapped: the INT8 sets above a level's own (AVX-VNNI, AMX), attention off AMX tiles
+    runs.update({"KIME_QGEMM=" + impl: bits({"KIME_QGEMM": impl, "KIME_BGEMM": "avx512bf16"})
+                 for impl in (("neon", "sdot") if not X86 else ("avx2", "avxvnni", "amx"))})
     first = next(iter(runs.values()))
     assert all(got == first for got in runs.values()), runs
 

@@ -230,17 +230,22 @@ def attention_rows(qkv: np.ndarray, cu: Sequence[int], heads: int, head_dim: int
 
 def attention_rows_bf16(qkv: np.ndarray, cu: Sequence[int], heads: int, head_dim: int,
                         half_window: int, positions: Optional[np.ndarray] = None,
-                        option_ids: Optional[np.ndarray] = None
+                        option_ids: Optional[np.ndarray] = None, two_terms: bool = False
                         ) -> Tuple[np.ndarray, np.ndarray]:
     """BF16 attention's operands, then float64 (`attention_rows` of them): the queries scaled by
     float32(log2(e)) / sqrtf(hd) in float32 and rounded to bfloat16, the keys and values
     rounded, the scores in base 2. Returns (out, mag): mag is, per output element, the
     probability-weighted mean of the rounded values' magnitudes, the scale of the one error this
-    leaves out, the kernel's rounding of each probability to bfloat16 (at most 2^-8 of it)."""
+    leaves out, the kernel's rounding of each probability to bfloat16 (at most 2^-8 of it).
+    two_terms: the AMX path's operands, the queries as hi + lo, bf16 each (16 bits: so mag's
+    error is at most about 2^-16 of a probability, and the queries' own about 2^-16 of each
+    score term)."""
     qkv = np.asarray(qkv, np.float32)
     d = heads * head_dim
     scale = np.float32(1.4426950408889634) / np.sqrt(np.float32(head_dim))
-    q = bf16(qkv[:, :d] * scale).astype(F64)
+    q32 = qkv[:, :d] * scale
+    hi = bf16(q32)
+    q = (hi.astype(F64) + bf16(q32 - hi).astype(F64)) if two_terms else hi.astype(F64)
     k, v = bf16(qkv[:, d:2 * d]).astype(F64), bf16(qkv[:, 2 * d:]).astype(F64)
     # attention_rows takes base-e scores scaled by hd^-0.5: undo both on the keys' side
     base_e = np.concatenate([q, k * np.log(2.0) * np.sqrt(head_dim), v], axis=1)

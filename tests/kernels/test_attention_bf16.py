@@ -6,7 +6,10 @@ computes the rest in float64; the one rounding it leaves out, each probability's
 bounded by BF16.attention_probs times the probability-weighted mean |v|. Every ISA level the CPU
 has is forced in turn (levels.py's ISAS): AVX-512 runs vdpbf16ps where the CPU has
 AVX512_BF16 and FMAs that give its bits elsewhere, so every SIMD level must give the same bits;
-the portable C level gives its own. Rows of 0, 1, odd and many tokens, head dims odd and even,
+the portable C level gives its own. Where the CPU has AMX-BF16, its own level uncapped ("amx")
+runs the products on AMX tiles for head dims of a multiple of 32: AMX's own bits, held to the
+same reference (its queries and probabilities in two terms: 32 times tighter) and the same
+independence of threads and batch. Rows of 0, 1, odd and many tokens, head dims odd and even,
 windows, the parallel layout, and a full bucket (8 rows of 512: 4096 tokens).
 """
 from __future__ import annotations
@@ -26,6 +29,23 @@ from .test_attention import bounds, random_qkv
 from .test_attention_parallel import parallel_batch
 
 SIMD = [level for level in ISAS if level != "portable"]
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+@pytest.fixture(params=ISAS + (["amx"] if X86 else []))
+def isa(request, monkeypatch):
+    """conftest.py's levels, forced through KIME_ISA, and on x86 "amx": the CPU's own level,
+    uncapped, where the products run on AMX tiles (skipped where this process has none)."""
+    if request.param != "amx":
+        monkeypatch.setenv("KIME_ISA", request.param)
+        if _attention.isa() != request.param:
+            pytest.skip(f"this CPU has no {request.param}")
+        return request.param
+    monkeypatch.delenv("KIME_ISA", raising=False)
+    monkeypatch.delenv("KIME_BGEMM", raising=False)
+    if _attention.bf16_kernels() != "amx-bf16":
+        pytest.skip("no AMX-BF16 that this process may use")
+    return "amx"
 
 
 pytestmark = pytest.mark.usefixtures("one_blas_thread")
@@ -35,10 +55,16 @@ def bf16_attention(qkv, cu, H, hd, w, **kw):
     return _attention.attention(qkv, cu, H, hd, w, precision="bf16", **kw)
 
 
+def amx_runs(hd: int) -> bool:
+    """Whether a call now runs on AMX tiles, with its two-term queries and probabilities."""
+    return _attention.bf16_kernels() == "amx-bf16" and hd % 32 == 0
+
+
 def check(got, qkv, cu, H, hd, w, positions=None, option_ids=None):
-    want, mag = reference.attention_rows_bf16(qkv, cu, H, hd, w, positions, option_ids)
-    bound = (BF16.attention.atol + BF16.attention.rtol * np.abs(want)
-             + BF16.attention_probs.atol * mag)
+    two = amx_runs(hd)
+    want, mag = reference.attention_rows_bf16(qkv, cu, H, hd, w, positions, option_ids, two)
+    probs = BF16.attention_probs_two_terms if two else BF16.attention_probs
+    bound = (BF16.attention.atol + BF16.attention.rtol * np.abs(want) + probs.atol * mag)
     excess = np.abs(got - want) - bound
     assert excess.max(initial=-1.0) <= 0, (
         "worst at %s: got %r, want %r, bound %r" % (
@@ -176,7 +202,32 @@ def test_kernels_named():
     if platform.machine().lower() in ("aarch64", "arm64") or "KIME_ISA" in os.environ:
         assert _attention.bf16_kernels() in ("c", "avx2 fma", "neon fma", "vdpbf16ps")
         return
-    assert _attention.bf16_kernels() in ("vdpbf16ps", names.get(_attention.isa(), "avx2 fma"))
+    assert _attention.bf16_kernels() in ("amx-bf16", "vdpbf16ps",
+                                         names.get(_attention.isa(), "avx2 fma"))
+
+
+def test_amx_runs_its_own_bits_where_it_may_and_only_there(monkeypatch):
+    """Uncapped on an AMX CPU, head dims of a multiple of 32 take the tiles: other bits than
+    vdpbf16ps's (which KIME_BGEMM=avx512bf16 and a named KIME_ISA=avx512 run), each within the
+    reference; other head dims run vdpbf16ps's bits."""
+    monkeypatch.delenv("KIME_ISA", raising=False)
+    monkeypatch.delenv("KIME_BGEMM", raising=False)
+    if _attention.bf16_kernels() != "amx-bf16":
+        pytest.skip("no AMX-BF16 that this process may use")
+    lens, H = [150, 40, 3], 2
+    for hd, tiles in ((64, True), (32, True), (24, False), (48, False)):
+        cu = bounds(lens)
+        qkv = random_qkv(lens, H, hd, seed=hd)
+        got = bf16_attention(qkv, cu, H, hd, -1, threads=2)
+        check(got, qkv, cu, H, hd, -1)
+        monkeypatch.setenv("KIME_BGEMM", "avx512bf16")
+        assert _attention.bf16_kernels() == "vdpbf16ps"
+        dp = bf16_attention(qkv, cu, H, hd, -1, threads=2)
+        monkeypatch.delenv("KIME_BGEMM")
+        monkeypatch.setenv("KIME_ISA", "avx512")
+        np.testing.assert_array_equal(bf16_attention(qkv, cu, H, hd, -1, threads=2), dp)
+        monkeypatch.delenv("KIME_ISA")
+        assert (got.tobytes() != dp.tobytes()) == tiles, hd
 
 
 def test_rejects_an_unknown_precision():

@@ -21,6 +21,9 @@
  * every key and value into bfloat16 pairs (a step of its own), then each item rounds its queries
  * and each block's probabilities and runs the same tiles over pairs; the softmax and the output
  * are this file's, and one arithmetic (vdpbf16ps's) gives the same bits at every SIMD level.
+ * On AMX-BF16 (where the BF16 GEMM runs on tiles: kime_bgemm_amx) and head dims of a multiple of
+ * 32 the products run on AMX tiles instead, with their own bits, the values laid out per row
+ * with the dim as the tile row (vt) and the queries and probabilities in two terms.
  *
  * Determinism: an item reads only its own row's tokens, key blocks start at multiples of KB in
  * the row and are visited in ascending order, and every sum runs in one fixed order, so a query's
@@ -39,6 +42,7 @@
 #include <arm_neon.h>
 #define KIME_NEON 1
 #endif
+#include "amx.h"
 #include "bgemm.h"
 #include "kernels.h"
 #include "pool.h"
@@ -476,12 +480,18 @@ static size_t thread_floats(int hd)
             15) & ~(size_t)15;
 }
 
+/* kv_task's words per thread: the pair's two rotated key rows; kv_task_amx's, a head's two and
+ * its values' pairs (3 hd) */
+#define KV_THREAD_WORDS(H, hd) ((size_t)2 * (H) * (hd) + (size_t)(hd))
+
 size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd, int nthreads)
 {
     size_t n = (size_t)(nthreads < 1 ? 1 : nthreads) * thread_floats(hd) + 16; /* + alignment */
-    if (precision == KIME_ATTN_BF16) /* k2, v2 and kr, each from a 64-byte boundary */
-        n += bf16_keys_words(tokens, heads, hd) + bf16_values_words(tokens, heads, hd) +
-             (size_t)(nthreads < 1 ? 1 : nthreads) * 2 * heads * hd + 48;
+    /* k2 (with KB rows of slack: AMX's score tiles read whole 16-key tiles), v2 and kr, each
+     * from a 64-byte boundary */
+    if (precision == KIME_ATTN_BF16)
+        n += bf16_keys_words(tokens + KB, heads, hd) + bf16_values_words(tokens, heads, hd) +
+             (size_t)(nthreads < 1 ? 1 : nthreads) * KV_THREAD_WORDS(heads, hd) + 48;
     return n;
 }
 
@@ -623,6 +633,7 @@ typedef struct {
     softmax_fn softmax;
     int vec; /* queries_in / results_out in AVX2 */
     const bf16_ops *bf16; /* NULL: FP32 products */
+    int amx;              /* BF16 products on AMX tiles (attention_bf16.h), v2 as vt */
     const float *q, *qkv;
     ptrdiff_t ldq, ld;
     const int32_t *qcu, *cu, *pos, *opt;
@@ -641,13 +652,14 @@ typedef struct {
  * row's keys and values in pairs, from the item's head. */
 typedef struct {
     float *qt, *ot, *s, *m, *l, *alpha;
-    uint32_t *q2, *p2;
+    uint32_t *q2, *p2, *ql, *pl, *pad; /* ql, pl, pad: AMX's lo terms and padded values */
     float *qr; /* the block's queries rotated (RoPE), [QB][hd] */
     const uint32_t *k2, *v2;
+    int n2; /* AMX: the row's pair rows, vt's line length */
 } item_scratch;
 
 static item_scratch item_arrays(const attend_job *j, float *scr, const uint32_t *k2,
-                                const uint32_t *v2, int h)
+                                const uint32_t *v2, int h, int n)
 {
     const int hd = j->hd;
     item_scratch a;
@@ -655,9 +667,13 @@ static item_scratch item_arrays(const attend_job *j, float *scr, const uint32_t 
     a.m = a.s + KB * QB, a.l = a.m + QB, a.alpha = a.l + QB;
     a.q2 = (uint32_t *)(a.alpha + QB);
     a.p2 = a.q2 + (size_t)(hd + 1) / 2 * QB;
+    a.ql = a.p2 + (size_t)KB / 2 * QB;
+    a.pl = a.ql + (size_t)(hd + 1) / 2 * QB;
+    a.pad = a.pl + (size_t)KB / 2 * QB;
     a.qr = scr + thread_floats(hd) - rope_block_floats(hd);
+    a.n2 = (n + 1) / 2;
     a.k2 = k2 ? k2 + (size_t)h * ((hd + 1) / 2) : NULL;
-    a.v2 = v2 ? v2 + (size_t)h * hd : NULL;
+    a.v2 = v2 ? v2 + (size_t)h * hd * (j->amx ? a.n2 : 1) : NULL;
     return a;
 }
 
@@ -679,6 +695,10 @@ static void item_start(const attend_job *j, const float *q, ptrdiff_t ldq, int q
     queries_in(j->vec, q, ldq, qn, hd, LOG2E / sqrtf((float)hd), a->qt);
     if (j->bf16)
         j->bf16->lanes(a->qt, hd, a->q2);
+#ifdef KIME_ATTN_AMX
+    if (j->amx)
+        lanes_lo_512(a->qt, hd, a->ql);
+#endif
     memset(a->ot, 0, (size_t)hd * QB * sizeof *a->ot);
     for (int i = 0; i < QB; i++)
         a->m[i] = -INFINITY, a->l[i] = 0.0f;
@@ -688,6 +708,13 @@ static void item_start(const attend_job *j, const float *q, ptrdiff_t ldq, int q
 static inline void block_scores(const attend_job *j, const float *k, int j0, int kn,
                                 const item_scratch *a)
 {
+#ifdef KIME_ATTN_AMX
+    if (j->amx) {
+        scores_amx(a->k2 + (size_t)j0 * j->H * (j->hd / 2), (ptrdiff_t)j->H * (j->hd / 2), kn,
+                   a->q2, a->ql, j->hd / 2, a->s);
+        return;
+    }
+#endif
     if (j->bf16) {
         const int hd2 = (j->hd + 1) / 2;
         j->bf16->tile(a->k2 + (size_t)j0 * j->H * hd2, (ptrdiff_t)j->H * hd2, 1, kn, a->q2, hd2,
@@ -701,6 +728,15 @@ static inline void block_scores(const attend_job *j, const float *k, int j0, int
 static inline void block_values(const attend_job *j, const float *v, int j0, int kn,
                                 const item_scratch *a)
 {
+#ifdef KIME_ATTN_AMX
+    if (j->amx) { /* vt: the head's lines of n2 pairs; the block starts at pair j0 / 2 */
+        j->bf16->lanes(a->s, kn, a->p2);
+        lanes_lo_512(a->s, kn, a->pl);
+        values_amx(a->v2 + j0 / 2, a->n2, (kn + 1) / 2, j->hd, a->p2, a->pl, a->pad, a->ot,
+                   a->alpha);
+        return;
+    }
+#endif
     if (j->bf16) {
         const ptrdiff_t row = (ptrdiff_t)j->H * j->hd; /* words of a pair row */
         j->bf16->lanes(a->s, kn, a->p2);
@@ -719,7 +755,7 @@ static void attend_block(const attend_job *j, const float *q, ptrdiff_t ldq, int
                          int i0, int w, float *out, float *scr)
 {
     const int H = j->H, hd = j->hd;
-    const item_scratch a = item_arrays(j, scr, k2, v2, h);
+    const item_scratch a = item_arrays(j, scr, k2, v2, h, n);
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
     if (w >= n - 1) /* a window covering the row is full attention, and needs no mask */
         w = -1;
@@ -747,7 +783,7 @@ static void attend_block_masked(const attend_job *j, const float *q, ptrdiff_t l
                                 float *out, float *scr)
 {
     const int H = j->H, hd = j->hd;
-    const item_scratch a = item_arrays(j, scr, k2, v2, h);
+    const item_scratch a = item_arrays(j, scr, k2, v2, h, n);
     const float *k = kv + (ptrdiff_t)(H + h) * hd, *v = k + (ptrdiff_t)H * hd;
     item_start(j, q, ldq, qn, &a, pos + i0, i0);
     /* Padded lanes take query 0's ids: they see what it sees (and are never written out), so
@@ -823,11 +859,23 @@ static const bf16_ops *bf16_ops_for(int isa, const char **name)
     return *name = "c", &BF16_C;
 }
 
+/* 1 when a call at `isa` with head dim hd runs its BF16 products on AMX tiles: where the BF16
+ * GEMM does (kime_bgemm_amx), for head dims of a multiple of 32 (whole 16-pair tile rows). */
+static int amx_for(int isa, int hd)
+{
+#ifdef KIME_ATTN_AMX
+    return hd % 32 == 0 && kime_bgemm_amx(isa);
+#else
+    (void)isa, (void)hd;
+    return 0;
+#endif
+}
+
 const char *kime_attention_bf16_kernels(int isa)
 {
     const char *name;
     bf16_ops_for(isa, &name);
-    return name;
+    return amx_for(isa, 32) ? "amx-bf16" : name;
 }
 
 /* A row's pair rows in v2: ceil(n / 2) for n keys. */
@@ -844,7 +892,7 @@ static void kv_task(void *ctx, int task, int tid)
     const int64_t p0 = (int64_t)task * j->chunk;
     const int64_t p1 = p0 + j->chunk < j->total ? p0 + j->chunk : j->total;
     const unsigned long flush = bf16_flush_on();
-    float *kr = j->kr + (size_t)tid * 2 * H * hd; /* with RoPE: the pair's keys, rotated */
+    float *kr = j->kr + (size_t)tid * KV_THREAD_WORDS(H, hd); /* RoPE: the keys, rotated */
     int r = 0;
     int64_t first = 0; /* pair rows before row r */
     for (int64_t p = p0; p < p1; p++) {
@@ -877,6 +925,59 @@ static void kv_task(void *ctx, int task, int tid)
     bf16_flush_restore(flush);
 }
 
+#ifdef KIME_ATTN_AMX
+/* One row's keys and values of one head into k2 (as kv_task) and the head's lines of vt (first:
+ * the pair rows before row r). */
+static void kv_head_amx(const attend_job *j, int r, int h, int64_t first, int tid)
+{
+    const int32_t *cu = j->cu;
+    const int H = j->H, hd = j->hd, hd2 = hd / 2, n2 = row_pairs(cu, r);
+    float *kr = j->kr + (size_t)tid * KV_THREAD_WORDS(H, hd); /* RoPE: the keys, rotated */
+    uint32_t *vp = (uint32_t *)kr + 2 * hd;                  /* a pair's values */
+    uint32_t *vt = j->v2 + ((size_t)first * H + (size_t)h * n2) * hd;
+    for (int y = 0; y < n2; y++) {
+        const int t0 = cu[r] + 2 * y, t1 = t0 + 1 < cu[r + 1] ? t0 + 1 : -1;
+        const float *x0 = j->qkv + (ptrdiff_t)t0 * j->ld, *x1 = x0 + j->ld;
+        const float *kx0 = x0 + (size_t)(H + h) * hd;
+        const float *kx1 = t1 < 0 ? NULL : x1 + (size_t)(H + h) * hd;
+        if (j->rcos) {
+            for (int u = 0; u < (t1 < 0 ? 1 : 2); u++) {
+                const ptrdiff_t at = (ptrdiff_t)(j->pos ? j->pos[t0 + u] : 2 * y + u) * hd2;
+                j->rope(u ? kx1 : kx0, kr + (size_t)u * hd, hd, j->rcos + at, j->rsin + at);
+            }
+            kx0 = kr, kx1 = t1 < 0 ? NULL : kr + hd;
+        }
+        uint32_t *k0 = j->k2 + (size_t)(t0 - cu[0]) * H * hd2 + (size_t)h * hd2;
+        j->bf16->kv_pair(kx0, kx1, x0 + (size_t)(2 * H + h) * hd,
+                         t1 < 0 ? NULL : x1 + (size_t)(2 * H + h) * hd, 1, hd, k0,
+                         k0 + (size_t)H * hd2, vp);
+        for (int d = 0; d < hd; d++)
+            vt[(size_t)d * n2 + y] = vp[d];
+    }
+}
+
+/* The AMX path's kv_task: items [task * chunk, ...) of (row, head), each a row's keys and values
+ * of one head (kv_head_amx). An item writes whole lines of vt, so no two threads share a cache
+ * line of it (kv_task's pair rows would: each line takes a word of every pair). */
+static void kv_task_amx(void *ctx, int task, int tid)
+{
+    const attend_job *j = (const attend_job *)ctx;
+    const int64_t it0 = (int64_t)task * j->chunk;
+    const int64_t it1 = it0 + j->chunk < j->total ? it0 + j->chunk : j->total;
+    const unsigned long flush = bf16_flush_on();
+    int r = (int)(it0 / j->H);
+    int64_t first = 0; /* pair rows before row r */
+    for (int i = 0; i < r; i++)
+        first += row_pairs(j->cu, i);
+    for (int64_t it = it0; it < it1; it++) {
+        for (; r < it / j->H; r++)
+            first += row_pairs(j->cu, r);
+        kv_head_amx(j, r, (int)(it % j->H), first, tid);
+    }
+    bf16_flush_restore(flush);
+}
+#endif
+
 /* Items [task * chunk, ...) of the batch (row, then head, then block of QB queries). */
 static void attend_task(void *ctx, int task, int tid)
 {
@@ -888,6 +989,10 @@ static void attend_task(void *ctx, int task, int tid)
     const int64_t it0 = (int64_t)task * j->chunk;
     const int64_t it1 = it0 + j->chunk < j->total ? it0 + j->chunk : j->total;
     const unsigned long flush = j->bf16 ? bf16_flush_on() : 0;
+#ifdef KIME_ATTN_AMX
+    if (j->amx)
+        kime_amx_enter();
+#endif
     int r = 0;
     int64_t first = 0, pairs = 0; /* items and v2's pair rows before row r */
     for (int64_t it = it0; it < it1; it++) {
@@ -917,6 +1022,10 @@ static void attend_task(void *ctx, int task, int tid)
                          j->qkv + (ptrdiff_t)cu[r] * ld, k2, v2, cu[r + 1] - cu[r], h, i0,
                          j->half_window, j->out + at * j->ldo + (ptrdiff_t)h * hd, scr);
     }
+#ifdef KIME_ATTN_AMX
+    if (j->amx)
+        kime_amx_leave();
+#endif
     if (j->bf16)
         bf16_flush_restore(flush);
 }
@@ -931,7 +1040,7 @@ static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int3
                         const float *rcos, const float *rsin, float *out, int ldo,
                         float *scratch, int nthreads)
 {
-    attend_job j = {tile_c, softmax_c, 0, NULL, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos,
+    attend_job j = {tile_c, softmax_c, 0, NULL, 0, q, qkv, ldq, (ptrdiff_t)3 * H * hd, qcu, cu, pos,
                     opt, R, H, hd, half_window, ldo, 1, 0, out,
                     (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), NULL, NULL, NULL, NULL,
                     NULL, NULL};
@@ -957,9 +1066,10 @@ static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int3
         const int tokens = cu[R] - cu[0];
         const char *name;
         j.bf16 = bf16_ops_for(isa, &name);
+        j.amx = amx_for(isa, hd);
         j.k2 = (uint32_t *)(((uintptr_t)(j.base + (size_t)(nthreads < 1 ? 1 : nthreads) *
                                                       thread_floats(hd)) + 63) & ~(uintptr_t)63);
-        j.v2 = (uint32_t *)(((uintptr_t)(j.k2 + bf16_keys_words(tokens, H, hd)) + 63) &
+        j.v2 = (uint32_t *)(((uintptr_t)(j.k2 + bf16_keys_words(tokens + KB, H, hd)) + 63) &
                             ~(uintptr_t)63);
         j.kr = (float *)(((uintptr_t)(j.v2 + bf16_values_words(tokens, H, hd)) + 63) &
                          ~(uintptr_t)63);
@@ -970,8 +1080,19 @@ static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int3
 #endif
         for (int r = 0; r < R; r++)
             j.total += row_pairs(cu, r);
-        j.chunk = kime_chunk((int)j.total, nthreads, 4, 4);
-        kime_parallel(nthreads, (int)((j.total + j.chunk - 1) / j.chunk), kv_task, &j);
+#ifdef KIME_ATTN_AMX
+        if (j.amx) { /* about 8 tasks per thread, as the items below */
+            j.total = (int64_t)R * H;
+            j.chunk = (int)((j.total + 8 * nthreads - 1) / (8 * nthreads));
+            if (j.chunk < 1)
+                j.chunk = 1;
+            kime_parallel(nthreads, (int)((j.total + j.chunk - 1) / j.chunk), kv_task_amx, &j);
+        } else
+#endif
+        {
+            j.chunk = kime_chunk((int)j.total, nthreads, 4, 4);
+            kime_parallel(nthreads, (int)((j.total + j.chunk - 1) / j.chunk), kv_task, &j);
+        }
     }
     j.total = items;
     /* About 8 tasks per thread, so the threads that have their cores take a late one's share. */

@@ -47,10 +47,11 @@
 
 _Static_assert(KB % 2 == 0, "a key block starts at an even token of its row");
 
-/* 32-bit words of an item's BF16 scratch beside the FP32 path's: q2 and p2. */
+/* 32-bit words of an item's BF16 scratch beside the FP32 path's: q2 and p2, and the AMX path's
+ * (below) low halves of both and padded copy of a partial block's values ([hd][16]). */
 static inline size_t bf16_item_words(int hd)
 {
-    return (size_t)(hd + 1) / 2 * QB + (size_t)KB / 2 * QB;
+    return 2 * ((size_t)(hd + 1) / 2 * QB + (size_t)KB / 2 * QB) + (size_t)hd * 16;
 }
 
 /* Words of k2 and of v2 for `tokens` keys of H heads (rows of n tokens take ceil(n / 2) pair
@@ -384,6 +385,135 @@ TBF static void dtile_512(const uint32_t *a, ptrdiff_t ra, ptrdiff_t xa, int R, 
 #undef REST
     }
 }
+
+#ifdef KIME_AMX /* amx.h: GCC 11 and clang 12 know the tile intrinsics */
+/* ---- x86: AMX-BF16 tiles (tdpbf16ps) ----------------------------------------------------- */
+/* Where BF16 products run on AMX tiles (bgemm.h's kime_bgemm_amx: AMX-BF16 this process may
+ * use, at the CPU's own avx512 level, unless KIME_BGEMM=avx512bf16) and the head dim is a
+ * multiple of 32, both products run as tdpbf16ps: 16 x 16 FP32 tiles of 16 pairs a step, at 16
+ * times vdpbf16ps's multiply-adds a cycle. With that to spare, the queries and the probabilities
+ * go in as two bfloat16 terms each, x = hi + lo (hi = bf16(x), lo = bf16(x - hi): 16 significant
+ * bits), two tile products into one sum: only the keys and values are rounded to bfloat16, so
+ * this path moves answers less than the one-term paths. AMX sums an element's pairs with its own
+ * rounding (not vdpbf16ps's), so these are AMX's own bits; a row's still do not depend on the
+ * thread count or the batch (one order per element).
+ *
+ * Layout. Scores read k2 and q2 as they are: A tiles of 16 keys x 16 pairs (k2's rows), B tiles
+ * of 16 pairs x 16 queries (q2's rows). The weighted values need the values' pairs with the dim
+ * as the row: vt, per row of the call, [H][hd][n2] (n2 = the row's pair rows; the same words as
+ * v2's [n2][H][hd]), so an A tile is 16 dims x the block's 16 pairs; B is p2 (16 pairs x 16
+ * queries), its rows past the block's pairs zeroed. A row's last, partial key block goes through
+ * a zero-padded copy (amx_pad, [hd][16]), so no tile multiplies another row's values; the key
+ * rows past a block's end that the score tiles read only fill rows of S no one reads. */
+#define KIME_ATTN_AMX 1
+#define TAMXA __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
+/* x - bf16(x), exact in FP32 */
+TBF static inline __m512 residual16(__m512 x)
+{
+    const __m512i hi = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(x));
+    return _mm512_sub_ps(x, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+}
+
+/* lanes_bf16_512 of the residuals: the lo terms of rows [0, n) of x ([n][QB]) */
+TBF static void lanes_lo_512(const float *x, int n, uint32_t *out)
+{
+    for (int y = 0; y < (n + 1) / 2; y++)
+        for (int v = 0; v < QB; v += 16) {
+            const __m512 lo = residual16(_mm512_loadu_ps(x + (size_t)2 * y * QB + v));
+            const __m512 hi = 2 * y + 1 < n
+                                  ? residual16(_mm512_loadu_ps(x + (size_t)(2 * y + 1) * QB + v))
+                                  : _mm512_setzero_ps();
+            _mm512_storeu_si512(out + (size_t)y * QB + v, pairs16(lo, hi));
+        }
+}
+
+/* S[r][0:QB] for the kn <= KB keys of the block (k: the first key's pairs, rows ra words apart)
+ * and the queries' two terms q2, ql ([hd2][QB] each), hd2 a multiple of 16. Tiles: 0-3 S's
+ * quarters, 4-5 keys 0-15 and 16-31, 6-7 a term's queries 0-15 and 16-31. */
+TAMXA static void scores_amx(const uint32_t *k, ptrdiff_t ra, int kn, const uint32_t *q2,
+                             const uint32_t *ql, int hd2, float *s)
+{
+    const size_t ka = (size_t)ra * 4, qs = QB * 4;
+    _tile_zero(0);
+    _tile_zero(1);
+    if (kn > 16) {
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int x = 0; x < hd2; x += 16) {
+        _tile_loadd(4, k + x, ka);
+        if (kn > 16)
+            _tile_loadd(5, k + 16 * ra + x, ka);
+        for (int t = 0; t < 2; t++) { /* hi, then lo */
+            const uint32_t *q = (t ? ql : q2) + (size_t)x * QB;
+            _tile_loadd(6, q, qs);
+            _tile_loadd(7, q + 16, qs);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            if (kn > 16) {
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        }
+    }
+    _tile_stored(0, s, qs);
+    _tile_stored(1, s + 16, qs);
+    if (kn > 16) {
+        _tile_stored(2, s + 16 * QB, qs);
+        _tile_stored(3, s + 16 * QB + 16, qs);
+    }
+}
+
+/* OT = alpha OT + the block's weighted values, hd a multiple of 32: vt the block's first pair in
+ * dim 0's line of the head, lines rd words apart; the probabilities' two terms p2, pl [16][QB],
+ * their first kn2 rows set (the rest are zeroed here); pad: [hd][16] words of scratch. Tiles:
+ * 0-3 two dims' blocks of OT by both query halves, 4-5 their values, 6-7 a term's query
+ * halves. */
+TAMXA static void values_amx(const uint32_t *vt, ptrdiff_t rd, int kn2, int hd, uint32_t *p2,
+                             uint32_t *pl, uint32_t *pad, float *ot, const float *alpha)
+{
+    if (kn2 < 16) {
+        memset(p2 + (size_t)kn2 * QB, 0, (size_t)(16 - kn2) * QB * sizeof *p2);
+        memset(pl + (size_t)kn2 * QB, 0, (size_t)(16 - kn2) * QB * sizeof *pl);
+        const __mmask16 m = (__mmask16)((1u << kn2) - 1);
+        for (int d = 0; d < hd; d++)
+            _mm512_storeu_si512(pad + (size_t)d * 16,
+                                _mm512_maskz_loadu_epi32(m, vt + (size_t)d * rd));
+        vt = pad, rd = 16;
+    }
+    const __m512 a0 = _mm512_loadu_ps(alpha), a1 = _mm512_loadu_ps(alpha + 16);
+    for (int d = 0; d < hd; d++) {
+        float *o = ot + (size_t)d * QB;
+        _mm512_storeu_ps(o, _mm512_mul_ps(_mm512_loadu_ps(o), a0));
+        _mm512_storeu_ps(o + 16, _mm512_mul_ps(_mm512_loadu_ps(o + 16), a1));
+    }
+    const size_t vs = (size_t)rd * 4, os = QB * 4;
+    for (int d0 = 0; d0 < hd; d0 += 32) {
+        float *o0 = ot + (size_t)d0 * QB, *o1 = o0 + 16 * QB;
+        _tile_loadd(0, o0, os);
+        _tile_loadd(1, o0 + 16, os);
+        _tile_loadd(2, o1, os);
+        _tile_loadd(3, o1 + 16, os);
+        _tile_loadd(4, vt + (size_t)d0 * rd, vs);
+        _tile_loadd(5, vt + (size_t)(d0 + 16) * rd, vs);
+        for (int t = 0; t < 2; t++) { /* hi, then lo */
+            const uint32_t *p = t ? pl : p2;
+            _tile_loadd(6, p, os);
+            _tile_loadd(7, p + 16, os);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
+        _tile_stored(0, o0, os);
+        _tile_stored(1, o0 + 16, os);
+        _tile_stored(2, o1, os);
+        _tile_stored(3, o1 + 16, os);
+    }
+}
+
+#endif /* KIME_AMX */
 #endif /* KIME_ATTN_DPBF16 */
 
 #ifdef KIME_NEON

@@ -114,6 +114,8 @@ static int use_amx(int isa)
 #endif
 }
 
+int kime_bgemm_amx(int isa) { return use_amx(isa); }
+
 const char *kime_bgemm_missing(int isa)
 {
 #if defined(KB_ARM)

@@ -42,8 +42,12 @@ extern "C" {
  *   "isa"          the CPU has it, but `isa` is below KIME_ISA_BF16 (KIME_ISA caps it).
  * The CPU's answer is cached, as isa.c's. */
 const char *kime_bgemm_missing(int isa);
-/* The kernel set's name: "avx512bf16", or "bfmmla" on aarch64. */
+/* The kernel set's name: "amx-bf16", "avx512bf16", or "bfmmla" on aarch64. */
 const char *kime_bgemm_kernels(void);
+/* 1 when BF16 products at `isa` run on AMX tiles (amx-bf16): AMX-BF16 that this process may use,
+ * at the CPU's own avx512 level, unless KIME_BGEMM=avx512bf16 (read on every call). Attention's
+ * BF16 products follow it too (attention.c). */
+int kime_bgemm_amx(int isa);
 
 /* Bytes the packed form of an [N, K] weight needs (bf16 panels, zero-padded). */
 size_t kime_bgemm_packed_bytes(int N, int K, int geglu);

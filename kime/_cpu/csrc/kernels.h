@@ -101,8 +101,10 @@ void kime_rope(float *qkv, int T, const int32_t *cu, int R, int H, int hd, const
  * bits do not depend on the level (attention_bf16.h). The softmax and the output's scaling stay
  * FP32. */
 enum kime_attn_precision { KIME_ATTN_F32 = 0, KIME_ATTN_BF16 = 1 };
-/* What computes the BF16 products at `isa`: "vdpbf16ps", "avx2 fma", "neon fma" or "c" (the
- * portable C level, whose sums round each product apart: its own bits). */
+/* What computes the BF16 products at `isa`: "amx-bf16" (AMX tiles, two-term queries and
+ * probabilities, for head dims of a multiple of 32; vdpbf16ps for others), "vdpbf16ps",
+ * "avx2 fma", "neon fma" or "c" (the portable C level, whose sums round each product apart: its
+ * own bits). */
 const char *kime_attention_bf16_kernels(int isa);
 
 /* Softmax attention per row and head, blocked with an online softmax in FP32, its products in
