@@ -403,8 +403,9 @@ TBF static void dtile_512(const uint32_t *a, ptrdiff_t ra, ptrdiff_t xa, int R, 
  * as the row: vt, per row of the call, [H][hd][n2] (n2 = the row's pair rows; the same words as
  * v2's [n2][H][hd]), so an A tile is 16 dims x the block's 16 pairs; B is p2 (16 pairs x 16
  * queries), its rows past the block's pairs zeroed. A row's last, partial key block goes through
- * a zero-padded copy (amx_pad, [hd][16]), so no tile multiplies another row's values; the key
- * rows past a block's end that the score tiles read only fill rows of S no one reads. */
+ * a zero-padded copy (the item's pad, [hd][16]), so no tile multiplies another row's values; the
+ * key rows past a block's end that the score tiles read (the next row's, or k2's slack after the
+ * call's last key) only fill rows of S no one reads. */
 #define KIME_ATTN_AMX 1
 #define TAMXA __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
