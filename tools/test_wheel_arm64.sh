@@ -211,7 +211,8 @@ model_item() {
 }
 # pyproject's 300 s per test catches a hang natively; emulated, a healthy test takes 10-50x as
 # long: on a 2.1 GHz Intel Xeon host, test_attention_bf16.py::test_a_full_bucket under `max`
-# passed 300 s (its float64 reference in NumPy). A hang still fails, after half an hour.
+# passed 300 s (its float64 reference in NumPy, on OpenBLAS's SVE kernels before ARMV8 above).
+# A hang still fails, after half an hour.
 timeout=${KIME_ARM64_TEST_TIMEOUT:-1800}
 parity_item() {
     export QEMU_CPU=$1
