@@ -174,16 +174,18 @@ def test_every_pip_that_can_reach_an_index_goes_through_retry():
 
 
 def _cleanup_script(tmp_path, status: int, background: bool = False) -> str:
-    """A script that defines .ci/run's ci_cleanup, points it at two directories and exits with
-    `status` through the same kind of EXIT trap, under set -e as .ci/run runs."""
+    """A script that defines .ci/run's ci_cleanup, points it at its three directories (the two
+    chroots' and the wheel lanes') and exits with `status` through the same kind of EXIT trap,
+    under set -e as .ci/run runs."""
     text = (ROOT / ".ci" / "run").read_text()
     fn = re.search(r"^ci_cleanup\(\) \{\n.*?^\}\n", text, re.S | re.M)
     assert fn, ".ci/run no longer defines ci_cleanup"
     script = tmp_path / "run.sh"
-    script.write_text("set -euo pipefail\n%s\narm64_dir=%s sid_dir=%s\n%strap ci_cleanup EXIT\n"
-                      "exit %d\n" % (fn.group(0), tmp_path / "arm64", tmp_path / "sid",
-                                     "sleep 3 >/dev/null 2>&1 &\n" if background else "", status))
-    for name in ("arm64", "sid"):
+    script.write_text("set -euo pipefail\n%s\narm64_dir=%s sid_dir=%s wheel_work=%s\n"
+                      "%strap ci_cleanup EXIT\nexit %d\n"
+                      % (fn.group(0), tmp_path / "arm64", tmp_path / "sid", tmp_path / "wheels",
+                         "sleep 3 >/dev/null 2>&1 &\n" if background else "", status))
+    for name in ("arm64", "sid", "wheels"):
         (tmp_path / name / "chroot").mkdir(parents=True)
     return str(script)
 
@@ -193,7 +195,7 @@ def test_ci_cleanup_removes_the_chroots_and_keeps_the_status(tmp_path, status):
     done = subprocess.run(["bash", _cleanup_script(tmp_path, status)], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == status, done.stderr
-    assert not (tmp_path / "arm64").exists() and not (tmp_path / "sid").exists()
+    assert not any((tmp_path / name).exists() for name in ("arm64", "sid", "wheels"))
 
 
 @pytest.mark.parametrize("status", [0, 3])
@@ -214,4 +216,4 @@ def test_ci_cleanup_leaves_the_chroots_while_a_job_runs(tmp_path):
     done = subprocess.run(["bash", _cleanup_script(tmp_path, 0, background=True)],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "still run" in done.stdout
-    assert (tmp_path / "arm64").is_dir() and (tmp_path / "sid").is_dir()
+    assert all((tmp_path / name).is_dir() for name in ("arm64", "sid", "wheels"))
