@@ -19,6 +19,12 @@ give attention's rate per precision, to read against the GEMMs'.
 
 GEMMs run on the engine's own master thread (`kime._cpu.masters`), so they use the forward
 pass's team of kime's thread pool and the bench does not start a second team beside it.
+
+The run is --repeat rounds, and each round times every precision's W1 once and then every GEMM
+and attention call (three back to back, the last kept), so W1 and its kernels see the same
+minutes of a shared machine, whose speed can move by 1.5x between two of them. Besides the
+medians and best times above, `paired` is the median over rounds of W1 / both within a round:
+the measure that holds still while the machine does not.
 """
 from __future__ import annotations
 
@@ -128,27 +134,15 @@ def gemm_runner(precision: str, K: int, N: int, epilogue: str, M: int, threads: 
                               isa=isa)
 
 
-def best_times(fns: Dict[Key, Callable[[], object]], threads: int, repeat: int
-               ) -> Dict[Key, float]:
-    """Each call's best time (a GEMM's, attention's) over `repeat` rounds. A round runs every
-    call in turn, three times back to back on the engine's master thread (as a forward pass
-    calls them: between two handoffs the pool's workers could fall asleep, and waking them is
-    not the kernel's time), and keeps the last. Spreading a call's samples over the whole run
-    keeps a burst of load from another tenant of a shared machine out of its best time."""
-    from kime._cpu.masters import run_forward
-
-    def timed(fn: Callable[[], object]) -> float:
-        fn()
-        fn()
-        t = time.perf_counter()
-        fn()
-        return time.perf_counter() - t
-
-    best = {key: float("inf") for key in fns}
-    for _ in range(repeat):
-        for key, fn in fns.items():
-            best[key] = min(best[key], run_forward(threads, timed, fn))
-    return best
+def call_time(fn: Callable[[], object]) -> float:
+    """One call's time after two warm calls back to back (as a forward pass calls its kernels:
+    between two handoffs the pool's workers could fall asleep, and waking them is not the
+    kernel's time). Run it on the engine's master thread (`kime._cpu.masters.run_forward`)."""
+    fn()
+    fn()
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -169,11 +163,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     path = cached_checkpoint(args.shape, args.cache_dir,
                              log=lambda s: print("[floor] " + s, file=sys.stderr))
     print("cpu: %s, %d threads; shape %s" % (machine_info()["cpu"], threads, args.shape))
-    print("%-5s | %9s | %9s | %8s | %12s | %11s | %9s | %s" % (
+    print("%-5s | %9s | %9s | %8s | %12s | %11s | %9s | %8s | %s" % (
         "prec", "W1 p50", "floor", "W1/floor", "GEMM GFLOP/s", "+attention", "W1/both",
-        "W1 row"))
-    # W1 first, every precision loaded and timed in turn (as `python -m bench` interleaves its
-    # engines), then the GEMMs alone with the models closed.
+        "paired", "W1 row"))
+    # Every precision loaded, then timed in rounds with the kernels alone (below).
     agents: Dict[str, object] = {}
     for precision in [p.strip() for p in args.precision.split(",") if p.strip()]:
         if precision == "bf16" and bf16_missing():
@@ -190,16 +183,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     row = first.engine.rows_for(  # type: ignore[attr-defined]
         {"state": w1.states[0], "questions": w1.questions})[0]
     n, k = len(row.ids), len(row.markers)
-    times: Dict[str, List[float]] = {p: [] for p in agents}
-    for i in range(args.repeat + 2):
-        for precision, agent in agents.items():
-            t = time.perf_counter()
-            agent.predict(w1.states[0], w1.questions)  # type: ignore[attr-defined]
-            if i >= 2:
-                times[precision].append(time.perf_counter() - t)
     specs = {p: a.engine.backend.spec for p, a in agents.items()}  # type: ignore[attr-defined]
-    for agent in agents.values():
-        agent.close()  # type: ignore[attr-defined]
     rng = np.random.default_rng(0)
     calls = {p: forward_gemms(spec, n, k, p) for p, spec in specs.items()}
     attn = {p: forward_attention(spec, n) for p, spec in specs.items()}
@@ -207,15 +191,40 @@ def main(argv: Optional[List[str]] = None) -> int:
         key: gemm_runner(key[4], key[1], key[2], key[3], key[0], threads, rng)
         for c in calls.values() for key in c}
     fns.update({key: attention_runner(key, threads, rng) for c in attn.values() for key in c})
-    best = best_times(fns, threads, args.repeat)
+    from kime._cpu.masters import run_forward
+
+    # Rounds: every precision's W1, then every kernel call in turn. Two warm-up rounds.
+    times: Dict[str, List[float]] = {p: [] for p in agents}
+    paired: Dict[str, List[float]] = {p: [] for p in agents}
+    best = {key: float("inf") for key in fns}
+    for i in range(args.repeat + 2):
+        w1_round = {}
+        for precision, agent in agents.items():
+            t = time.perf_counter()
+            agent.predict(w1.states[0], w1.questions)  # type: ignore[attr-defined]
+            w1_round[precision] = time.perf_counter() - t
+        took = {key: run_forward(threads, call_time, fn) for key, fn in fns.items()}
+        if i < 2:
+            continue
+        for key, t in took.items():
+            best[key] = min(best[key], t)
+        for precision, w1_s in w1_round.items():
+            times[precision].append(w1_s)
+            both = sum(count * took[key] for c in (calls[precision], attn[precision])
+                       for key, count in c.items())
+            paired[precision].append(w1_s / both)
+    for agent in agents.values():
+        agent.close()  # type: ignore[attr-defined]
     for precision in specs:
         w1_s = statistics.median(times[precision])
         floor = sum(count * best[key] for key, count in calls[precision].items())
         flop = sum(count * 2.0 * M * K * N for (M, K, N, _, _), count in calls[precision].items())
         attn_s = sum(count * best[key] for key, count in attn[precision].items())
-        print("%-5s | %7.2f ms | %7.2f ms | %7.2fx | %12.1f | %8.2f ms | %8.2fx | %d tokens, "
-              "%d options" % (precision, w1_s * 1e3, floor * 1e3, w1_s / floor, flop / floor / 1e9,
-                              (floor + attn_s) * 1e3, w1_s / (floor + attn_s), n, k))
+        print("%-5s | %7.2f ms | %7.2f ms | %7.2fx | %12.1f | %8.2f ms | %8.2fx | %7.2fx | %d "
+              "tokens, %d options" % (precision, w1_s * 1e3, floor * 1e3, w1_s / floor,
+                                      flop / floor / 1e9, (floor + attn_s) * 1e3,
+                                      w1_s / (floor + attn_s), statistics.median(paired[precision]),
+                                      n, k))
     for products in sorted({key[4] for c in attn.values() for key in c}):
         # the calls of one precision that runs these products (int8 and bf16 share them)
         keys = next(c for c in attn.values() if next(iter(c))[4] == products)

@@ -91,7 +91,7 @@ def test_floor_runs(bench_checkpoint: str, capsys: pytest.CaptureFixture[str]) -
                        "--cache-dir", str(Path(bench_checkpoint).parent)]) == 0
     out = capsys.readouterr().out
     rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")]
-            for line in out.splitlines() if line.count("|") == 7}
+            for line in out.splitlines() if line.count("|") == 8}
     attention = {m.group(1): [float(g) for g in m.groups()[1:]] for m in re.finditer(
         r"attention alone, (\w+) products: (\d+) calls \((\d+) global, (\d+) local.*?, "
         r"([\d.]+) ms", out)}
@@ -101,11 +101,14 @@ def test_floor_runs(bench_checkpoint: str, capsys: pytest.CaptureFixture[str]) -
         calls, glob, local, attn_ms = attention[products]
         # tiny: 4 encoder layers (global every third) and the decision head's first layer
         assert (calls, glob, local) == (5, 3, 2) and attn_ms > 0
-        w1, floor_ms, ratio, both_ms, both = (
-            float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3, 5, 6))
+        w1, floor_ms, ratio, both_ms, both, paired = (
+            float(rows[prec][i].split()[0].rstrip("x")) for i in (1, 2, 3, 5, 6, 7))
         assert w1 > 0 and floor_ms > 0 and ratio == pytest.approx(w1 / floor_ms, rel=0.03, abs=0.01)
         assert both_ms == pytest.approx(floor_ms + attn_ms, abs=0.02)
         assert both == pytest.approx(w1 / both_ms, rel=0.03, abs=0.01)
+        # each round's W1 over that round's kernels, which take at least their best times: so
+        # the median of the rounds' ratios is at most the median W1 over the best (2 places)
+        assert 0 < paired <= both + 0.01
 
 
 def test_stats_helpers() -> None:
