@@ -1,14 +1,15 @@
 """tools/retry.sh, which CI's downloads go through (PyPI downloads are sometimes cut short on
 these machines: stop 60's run ended after 16 s on a 79 MB wheel), tools/debootstrap_fresh.sh,
 the rules that every pip command that can reach an index and every debootstrap in CI and the
-build tools go through them, and .ci/run's cleanup of its chroots at exit, which must never
-change the run's status."""
+build tools go through them, .ci/run's cleanup of its chroots at exit, which must never
+change the run's status, and .ci/run's wheel lanes, any of whose steps failing fails the run."""
 from __future__ import annotations
 
 import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 
 import pytest
@@ -217,3 +218,59 @@ def test_ci_cleanup_leaves_the_chroots_while_a_job_runs(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "still run" in done.stdout
     assert all((tmp_path / name).is_dir() for name in ("arm64", "sid", "wheels"))
+
+
+# .ci/run's wheel lanes (lane A beside the suite, lane B after it), run from `wheel_work=` to the
+# end with its own step(), over stub tools in a scratch git checkout: each stub records its call
+# and fails when FAIL names it.
+STUBS = {
+    "tools/build_wheel.sh": 'mkdir -p "$1"; echo "build $1"; [ "$FAIL" != build ] || exit 1\n'
+                            'echo "$1/k.whl"\n',
+    "tools/test_wheel.sh": 'echo "test_wheel $1"; [ "$FAIL" != tw ] || exit 1\n',
+    "tools/test_wheels.sh": 'shift; echo "test_wheels $*"; [ "$FAIL" != "tws-$1" ] || exit 1\n',
+    "tests/wheel_answers.py": 'import sys; open(sys.argv[2], "w").write("{}")\n',
+}
+
+
+def _lanes(tmp_path, fail: str) -> subprocess.CompletedProcess:
+    text = (ROOT / ".ci" / "run").read_text()
+    step = re.search(r"^step\(\) \{.*?^\}\n", text, re.S | re.M)
+    tail = text[text.index("\nwheel_work=") + 1:]
+    assert step and "wheel_lane_a" in tail, ".ci/run's wheel lanes are not where this test looks"
+    repo = tmp_path / "repo"
+    for path, body in STUBS.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text(body)
+    crewai = repo / ".venv-crewai" / "bin" / "python"
+    crewai.parent.mkdir(parents=True)
+    crewai.write_text("#!/bin/sh\necho crewai\n")
+    crewai.chmod(0o755)
+    # the suite and CrewAI's tests pass; no ARM64 job or sid chroot (their waits are their own)
+    (repo / "run.sh").write_text(
+        "set -euo pipefail\ndeclare -a ci_times=()\n%s\narm64_job='' sid_pid=''\n"
+        "crewai_log=$(mktemp)\nsleep 0 &\ncrewai_pid=$!\n"
+        'python() { if [ "$1" = -m ]; then echo suite; else "%s" "$@"; fi; }\n%s'
+        % (step.group(0), sys.executable, tail))
+    subprocess.run(["git", "init", "-q", str(repo)], check=True, timeout=60)
+    env = dict(os.environ, FAIL=fail, TMPDIR=str(tmp_path))
+    return subprocess.run(["bash", "run.sh"], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("tar") is None,
+                    reason="needs git and tar (the lane builds from a copy of the checkout)")
+@pytest.mark.parametrize("fail", ["", "build", "tw", "tws-3.10", "tws-3.14"])
+def test_the_wheel_lanes_run_every_step_and_fail_the_run_with_any(tmp_path, fail):
+    done = _lanes(tmp_path, fail)
+    out = done.stdout
+    assert (done.returncode == 0) == (fail == ""), out + done.stderr
+    built = "build " + str(tmp_path / "repo" / "dist")
+    assert built in out, out
+    if fail == "build":  # nothing is tested without wheels
+        assert not re.search(r"^test_wheels? ", out, re.M), out
+        return
+    assert "test_wheel %s/k.whl" % (tmp_path / "repo" / "dist") in out
+    assert "test_wheels 3.10 3.12 3.13" in out and "test_wheels 3.14 floors" in out
+    # lane B only starts once lane A's wheels are there, and lane A's log comes out whole
+    assert out.index("waiting for lane A's wheels") < out.index("test_wheels 3.14 floors")
+    assert "==== lane A:" in out and out.index("==== lane A:") < out.index(built)
