@@ -35,7 +35,7 @@ import sys
 import time
 import warnings
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Tuple, TypeVar
+from typing import Callable, Dict, List, Optional, Tuple
 
 for _var in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # they pin OpenBLAS to slower kernels
     os.environ.pop(_var, None)
@@ -47,7 +47,6 @@ from .workloads import build_workloads, cached_checkpoint  # noqa: E402
 
 # (M, K, N, epilogue, precision of the kernel)
 Gemm = Tuple[int, int, int, str, str]
-Key = TypeVar("Key")
 
 
 def forward_gemms(spec, n: int, markers: int, precision: str) -> Counter:
