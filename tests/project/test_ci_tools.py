@@ -245,9 +245,11 @@ def _lanes(tmp_path, fail: str) -> subprocess.CompletedProcess:
     crewai.parent.mkdir(parents=True)
     crewai.write_text("#!/bin/sh\necho crewai\n")
     crewai.chmod(0o755)
-    # the suite and CrewAI's tests pass; no ARM64 job or sid chroot (their waits are their own)
+    # the suite and CrewAI's tests pass; no ARM64 job or sid chroot (their waits are their own);
+    # the lanes' folder goes at exit, as .ci/run's cleanup takes it
     (repo / "run.sh").write_text(
-        "set -euo pipefail\ndeclare -a ci_times=()\n%s\narm64_job='' sid_pid=''\n"
+        "set -euo pipefail\ntrap 'rm -rf \"${wheel_work:-}\"' EXIT\ndeclare -a ci_times=()\n%s\n"
+        "arm64_job='' sid_pid=''\n"
         "crewai_log=$(mktemp)\nsleep 0 &\ncrewai_pid=$!\n"
         'python() { if [ "$1" = -m ]; then echo suite; else "%s" "$@"; fi; }\n%s'
         % (step.group(0), sys.executable, tail))
