@@ -19,7 +19,9 @@ and BF16 by its precision hint, INT8 from NNCF's SmoothQuant calibrated on singl
 In each setting every engine gets a warm-up call, then `--repeat` timed calls interleaved
 round-robin, the order rotated each round. The table gives each engine's p50 / p90 per setting
 and precision, and kime's best-peer ratio (the fastest peer's p50 over kime's: above 1 when kime
-is faster). The CPU is named in its first line.
+is faster). Beside it, `paired` is the median over rounds of that peer's call over kime's call
+of the same round: on a machine whose speed drifts within a run, it compares calls made seconds
+apart, where the p50s pool calls minutes apart. The CPU is named in its first line.
 
 FP32 W1 answers of every peer must agree with kime's as in `python -m bench` (the same choice,
 every probability within 1e-3), or the run exits 1. Progress goes to stderr, the table to
@@ -44,7 +46,7 @@ from .machine import machine_info  # noqa: E402
 from .report import emit  # noqa: E402
 from .run import (CALIBRATION, OPENVINO, W1_TOLERANCE, Engine, kime_runner,  # noqa: E402
                   peer_runner, prepare_onnx, prepare_onnx_int8, prepare_openvino)
-from .stats import compare_results, w1_agrees  # noqa: E402
+from .stats import compare_results, percentile, w1_agrees  # noqa: E402
 from .workloads import build_workloads, cached_checkpoint  # noqa: E402
 
 SETTINGS = (("W1", "quiet"), ("W3", "quiet"), ("W1", "spinner"))
@@ -153,9 +155,16 @@ def peer_label(key: str) -> str:
     return "ORT" if key.startswith("onnx") else "OpenVINO"
 
 
+def paired_ratio(peer: Sequence[float], kime: Sequence[float]) -> Optional[float]:
+    """The median over rounds of the peer's call over kime's call in the same round (sample i of
+    each is round i's timed call), or None without a common round."""
+    ratios = [p / k for p, k in zip(peer, kime) if k > 0]
+    return percentile(ratios, 50) if ratios else None
+
+
 def rows_of(report: Dict[str, Any]) -> List[List[str]]:
-    """The table's rows: per setting and precision, kime's, ORT's and OpenVINO's p50 / p90 and
-    kime's lead over the fastest of them."""
+    """The table's rows: per setting and precision, kime's, ORT's and OpenVINO's p50 / p90,
+    kime's lead over the fastest of them, and that lead paired round by round."""
     out = []
     for setting, res in report["results"].items():
         stats = res["stats"]
@@ -177,9 +186,11 @@ def rows_of(report: Dict[str, Any]) -> List[List[str]]:
             best = min(peers, key=lambda k: stats[k]["p50"]) if peers else None
             ratio = ("%.2fx vs %s" % (stats[best]["p50"] / stats[kime]["p50"], peer_label(best))
                      if best and kime in stats else "—")
+            paired = (paired_ratio(stats[best]["samples"], stats[kime]["samples"])
+                      if best and kime in stats else None)
             out.append(["%s %s" % (ROWS[setting], NAMES[prec]), cell(kime),
                         cell(ort if ort in stats else None), cell(ov if ov in stats else None),
-                        ratio])
+                        ratio, "—" if paired is None else "%.2fx" % paired])
     return out
 
 
@@ -194,8 +205,8 @@ def render(report: Dict[str, Any]) -> str:
                  report["kime"]["version"], vers.get("laya"), vers.get("onnxruntime"),
                  vers.get("openvino"), vers.get("nncf")),
              "command: %s" % report["command"], "",
-             "| p50 / p90 | kime | ONNX Runtime | OpenVINO | kime vs best peer |",
-             "|---|---:|---:|---:|---:|"]
+             "| p50 / p90 | kime | ONNX Runtime | OpenVINO | kime vs best peer | paired |",
+             "|---|---:|---:|---:|---:|---:|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows_of(report)]
     if "mixed" in s["precisions"]:
         lines += ["", "kime's mixed precision (%s) against its uniform ones, p50:"

@@ -5,12 +5,40 @@ without them, as in CI). Speed is never asserted."""
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bench import peers, table
+from bench.busy import call_stats
+from bench.stats import percentile
+
+TIMES = st.floats(min_value=1e-3, max_value=10.0, allow_nan=False)
+
+
+def _report(samples: dict) -> dict:
+    """A report of one W1-quiet setting at FP32 with these engines' timed calls."""
+    stats = {key: call_stats(xs, xs[0], [], []) for key, xs in samples.items()}
+    return {"settings": {"precisions": ["f32"]},
+            "results": {"W1-quiet": {"stats": stats, "other_cores": 0.0}}}
+
+
+@given(st.lists(st.tuples(TIMES, TIMES, TIMES), min_size=1, max_size=25))
+def test_the_paired_ratio_is_the_median_of_each_rounds_ratio_to_the_fastest_peer(rounds) -> None:
+    kime, ort, ov = (list(xs) for xs in zip(*rounds))
+    row = table.rows_of(_report({"kime": kime, "onnx": ort, "openvino": ov}))[0]
+    best = ort if percentile(ort, 50) <= percentile(ov, 50) else ov  # the table's own p50s
+    lead, name = row[4].split("x vs ")
+    assert name == ("ORT" if best is ort else "OpenVINO")
+    assert float(lead) == pytest.approx(statistics.median(best) / statistics.median(kime),
+                                        abs=0.0051)
+    assert row[5].endswith("x")
+    assert float(row[5][:-1]) == pytest.approx(
+        statistics.median(p / k for p, k in zip(best, kime)), abs=0.0051)
 
 
 @pytest.mark.slow  # three kime engines and a spinning process: about 3 s
@@ -29,7 +57,7 @@ def test_table_runs_kime_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str
     rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + 3 * 2  # the header, a row per setting and precision
     assert rows[1].startswith("| W1 FP32 |") and rows[-1].startswith("| W1 beside a spinner INT8")
-    assert all(r.count("—") == 3 for r in rows[1:])  # no peer: their cells and the ratio
+    assert all(r.count("—") == 4 for r in rows[1:])  # no peer: their cells and both ratios
 
 
 def _peer_with_openvino() -> str:
