@@ -58,6 +58,9 @@
 #else
 #define BMR 14
 #define BNR 32
+/* 32-bit words ahead of its pair a panel's first tile asks for the panel's lines (gemm.c's
+ * B_AHEAD: 4 KiB, 32 pairs) */
+#define BB_AHEAD 1024
 #endif
 #define AMX_MR 32 /* the AMX kernel's rows: 2 x 2 tiles of 16 x 16 */
 #ifdef KB_AMX
@@ -255,13 +258,17 @@ TB512 static void pack_a(const float *A, int lda, int m, int K, uint32_t *row, u
 }
 
 TB512 static inline __attribute__((always_inline)) void
-kernel_m(const int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
+kernel_m(const int m, int K2, const uint32_t *a, const uint32_t *b, float *acc, const int ahead)
 {
     __m512 c0[BMR], c1[BMR];
 #pragma GCC unroll 16
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm512_setzero_ps();
     for (int g = 0; g < K2; g++, a += BMR, b += BNR) {
+        if (ahead) { /* both 64-byte lines of the pair BB_AHEAD words on (past the end: harmless) */
+            _mm_prefetch((const char *)(b + BB_AHEAD), _MM_HINT_T0);
+            _mm_prefetch((const char *)(b + BB_AHEAD + 16), _MM_HINT_T0);
+        }
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
 #pragma GCC unroll 16
@@ -278,15 +285,36 @@ kernel_m(const int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
     }
 }
 
+/* one register allocation per row count */
+#define KERNEL_CASES(AHEAD)                                                                      \
+    switch (m) {                                                                                 \
+    case 1: kernel_m(1, K2, a, b, acc, AHEAD); break;                                            \
+    case 2: kernel_m(2, K2, a, b, acc, AHEAD); break;                                            \
+    case 3: kernel_m(3, K2, a, b, acc, AHEAD); break;                                            \
+    case 4: kernel_m(4, K2, a, b, acc, AHEAD); break;                                            \
+    case 5: kernel_m(5, K2, a, b, acc, AHEAD); break;                                            \
+    case 6: kernel_m(6, K2, a, b, acc, AHEAD); break;                                            \
+    case 7: kernel_m(7, K2, a, b, acc, AHEAD); break;                                            \
+    case 8: kernel_m(8, K2, a, b, acc, AHEAD); break;                                            \
+    case 9: kernel_m(9, K2, a, b, acc, AHEAD); break;                                            \
+    case 10: kernel_m(10, K2, a, b, acc, AHEAD); break;                                          \
+    case 11: kernel_m(11, K2, a, b, acc, AHEAD); break;                                          \
+    case 12: kernel_m(12, K2, a, b, acc, AHEAD); break;                                          \
+    case 13: kernel_m(13, K2, a, b, acc, AHEAD); break;                                          \
+    case 14: kernel_m(14, K2, a, b, acc, AHEAD); break;                                          \
+    }
+
 TB512 static void kernel(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
 {
-    switch (m) { /* one register allocation per row count */
-#define CASE(M) case M: kernel_m(M, K2, a, b, acc); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
-        CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14)
-#undef CASE
-    }
+    KERNEL_CASES(0)
 }
+
+/* kernel for a panel's first tile, which reads the panel from DRAM: gemm.c's B_AHEAD */
+TB512 static void kernel_first(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
+{
+    KERNEL_CASES(1)
+}
+#undef KERNEL_CASES
 
 #define store_tile store512
 
@@ -360,6 +388,7 @@ TBAMX static void kernel_amx(int m, int K2, const uint32_t *a, const uint32_t *b
 
 #ifdef KB_ARM
 #include "bgemm_arm64.h"
+#define kernel_first kernel /* no prefetching twin on aarch64 */
 #endif
 
 #if defined(KB_BF16) || defined(KB_ARM)
@@ -421,7 +450,7 @@ static void brun_panels(const void *p, int tid, int owner, int m0, int mb, int p
                 kernel_amx(m, (int)K2, ap + (size_t)i * K2, b, acc);
             else
 #endif
-                kernel(m, (int)K2, ap + (size_t)i * K2, b, acc);
+                (i == 0 ? kernel_first : kernel)(m, (int)K2, ap + (size_t)i * K2, b, acc);
             store_tile(acc, m, n0, nv, &j->e, c);
         }
     }

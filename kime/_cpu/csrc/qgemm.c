@@ -96,6 +96,9 @@ typedef struct {
      * configuration, which is per thread) */
     void (*enter)(void);
     void (*leave)(void);
+    /* optional: `kernel` for a panel's first tile, which reads the panel from DRAM; the same
+     * sums. NULL: kernel */
+    void (*first)(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc);
 } qimpl;
 
 static const float QSQRT1_2 = 0.70710678118654752440f;
@@ -184,6 +187,9 @@ static void qstore_portable(const int32_t *acc, int m, int n0, int nv, const qep
 
 #define VMR 14
 #define VNR 32
+/* bytes ahead of its group a panel's first tile asks for the panel's lines (gemm.c's B_AHEAD:
+ * 4 KiB, 32 groups) */
+#define QB_AHEAD 4096
 #define V16(v) _mm512_set1_ps(v)
 
 /* qpack_a's sliver and scales with quant_portable's arithmetic (scale amax / 127, q = rint(x *
@@ -235,13 +241,18 @@ TQ512 static void qpack512(const float *A, int lda, int m, int K, int K4, int mr
 }
 
 TQ512 static inline __attribute__((always_inline)) void
-qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
+qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc,
+             const int ahead)
 {
     __m512i c0[VMR], c1[VMR];
 #pragma GCC unroll 16
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm512_setzero_si512();
     for (int g = 0; g < K4; g++, a += VMR * 4, b += VNR * 4) {
+        if (ahead) { /* both 64-byte lines of the group QB_AHEAD bytes on (past the end: harmless) */
+            _mm_prefetch((const char *)b + QB_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char *)b + QB_AHEAD + 64, _MM_HINT_T0);
+        }
         __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
 #pragma GCC unroll 16
         for (int i = 0; i < m; i++) {
@@ -257,15 +268,36 @@ qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *ac
     }
 }
 
+#define QKERNEL512_CASES(AHEAD)                                                                  \
+    switch (m) {                                                                                 \
+    case 1: qkernel512_m(1, K4, a, b, acc, AHEAD); break;                                        \
+    case 2: qkernel512_m(2, K4, a, b, acc, AHEAD); break;                                        \
+    case 3: qkernel512_m(3, K4, a, b, acc, AHEAD); break;                                        \
+    case 4: qkernel512_m(4, K4, a, b, acc, AHEAD); break;                                        \
+    case 5: qkernel512_m(5, K4, a, b, acc, AHEAD); break;                                        \
+    case 6: qkernel512_m(6, K4, a, b, acc, AHEAD); break;                                        \
+    case 7: qkernel512_m(7, K4, a, b, acc, AHEAD); break;                                        \
+    case 8: qkernel512_m(8, K4, a, b, acc, AHEAD); break;                                        \
+    case 9: qkernel512_m(9, K4, a, b, acc, AHEAD); break;                                        \
+    case 10: qkernel512_m(10, K4, a, b, acc, AHEAD); break;                                      \
+    case 11: qkernel512_m(11, K4, a, b, acc, AHEAD); break;                                      \
+    case 12: qkernel512_m(12, K4, a, b, acc, AHEAD); break;                                      \
+    case 13: qkernel512_m(13, K4, a, b, acc, AHEAD); break;                                      \
+    case 14: qkernel512_m(14, K4, a, b, acc, AHEAD); break;                                      \
+    }
+
 TQ512 static void qkernel512(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
 {
-    switch (m) {
-#define CASE(M) case M: qkernel512_m(M, K4, a, b, acc); break;
-        CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7)
-        CASE(8) CASE(9) CASE(10) CASE(11) CASE(12) CASE(13) CASE(14)
-#undef CASE
-    }
+    QKERNEL512_CASES(0)
 }
+
+/* qkernel512 for a panel's first tile, which reads the panel from DRAM: gemm.c's B_AHEAD */
+TQ512 static void qkernel512_first(int m, int K4, const uint8_t *a, const int8_t *b,
+                                   int32_t *acc)
+{
+    QKERNEL512_CASES(1)
+}
+#undef QKERNEL512_CASES
 
 TQ512 static inline __m512 deq16(const int32_t *acc, __m512i comp, __m512 sa, __m512 sw,
                                  __m512 bias)
@@ -577,7 +609,7 @@ static const qimpl QIMPLS[] = {
 #ifdef KQ_X86
     [KIME_QGEMM_AVX2] = {HQMR, HQNR, 0, 64 << 10, quant256, qkernel256, qstore256},
     [KIME_QGEMM_VNNI512] = {VMR, VNR, 128, 256 << 10, NULL, qkernel512, qstore512,
-                                 QL_K4, qpack512},
+                                 QL_K4, qpack512, NULL, NULL, qkernel512_first},
 #ifdef KQ_AVXVNNI
     [KIME_QGEMM_AVXVNNI] = {YMR, YNR, 128, 64 << 10, quant256, qkernel_avxvnni, qstore256},
 #endif
@@ -916,7 +948,7 @@ static void qrun_panels(const void *p, int tid, int owner, int m0, int mb, int p
             const int m = mb - i < mr ? mb - i : mr;
             if (j->C)
                 kime_prefetch_tile(j->C + (size_t)(m0 + i) * j->e.ldc, j->e.ldc, m, n0, nv);
-            im->kernel(m, K4, ap + (size_t)i * K4 * 4, b, acc);
+            (i == 0 && im->first ? im->first : im->kernel)(m, K4, ap + (size_t)i * K4 * 4, b, acc);
             if (j->C32)
                 store_int32(j, acc, m, n0, nv, comp, j->C32 + (size_t)(m0 + i) * j->e.ldc);
             else
