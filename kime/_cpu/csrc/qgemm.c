@@ -249,7 +249,7 @@ qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *ac
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm512_setzero_si512();
     for (int g = 0; g < K4; g++, a += VMR * 4, b += VNR * 4) {
-        if (ahead) { /* both 64-byte lines of the group QB_AHEAD bytes on (past the end: harmless) */
+        if (ahead) { /* both lines of the group QB_AHEAD bytes on (past the end: harmless) */
             _mm_prefetch((const char *)b + QB_AHEAD, _MM_HINT_T0);
             _mm_prefetch((const char *)b + QB_AHEAD + 64, _MM_HINT_T0);
         }
