@@ -58,9 +58,6 @@
 #else
 #define BMR 14
 #define BNR 32
-/* 32-bit words ahead of its pair a panel's first tile asks for the panel's lines (gemm.c's
- * B_AHEAD: 4 KiB, 32 pairs) */
-#define BB_AHEAD 1024
 #endif
 #define AMX_MR 32 /* the AMX kernel's rows: 2 x 2 tiles of 16 x 16 */
 #ifdef KB_AMX
@@ -265,10 +262,8 @@ kernel_m(const int m, int K2, const uint32_t *a, const uint32_t *b, float *acc, 
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm512_setzero_ps();
     for (int g = 0; g < K2; g++, a += BMR, b += BNR) {
-        if (ahead) { /* both 64-byte lines of the pair BB_AHEAD words on (past the end: harmless) */
-            _mm_prefetch((const char *)(b + BB_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(b + BB_AHEAD + 16), _MM_HINT_T0);
-        }
+        if (ahead) /* the pair's two lines (team.h) */
+            kime_fetch_ahead(b, 2);
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + 16);
 #pragma GCC unroll 16
@@ -285,36 +280,18 @@ kernel_m(const int m, int K2, const uint32_t *a, const uint32_t *b, float *acc, 
     }
 }
 
-/* one register allocation per row count */
-#define KERNEL_CASES(AHEAD)                                                                      \
-    switch (m) {                                                                                 \
-    case 1: kernel_m(1, K2, a, b, acc, AHEAD); break;                                            \
-    case 2: kernel_m(2, K2, a, b, acc, AHEAD); break;                                            \
-    case 3: kernel_m(3, K2, a, b, acc, AHEAD); break;                                            \
-    case 4: kernel_m(4, K2, a, b, acc, AHEAD); break;                                            \
-    case 5: kernel_m(5, K2, a, b, acc, AHEAD); break;                                            \
-    case 6: kernel_m(6, K2, a, b, acc, AHEAD); break;                                            \
-    case 7: kernel_m(7, K2, a, b, acc, AHEAD); break;                                            \
-    case 8: kernel_m(8, K2, a, b, acc, AHEAD); break;                                            \
-    case 9: kernel_m(9, K2, a, b, acc, AHEAD); break;                                            \
-    case 10: kernel_m(10, K2, a, b, acc, AHEAD); break;                                          \
-    case 11: kernel_m(11, K2, a, b, acc, AHEAD); break;                                          \
-    case 12: kernel_m(12, K2, a, b, acc, AHEAD); break;                                          \
-    case 13: kernel_m(13, K2, a, b, acc, AHEAD); break;                                          \
-    case 14: kernel_m(14, K2, a, b, acc, AHEAD); break;                                          \
-    }
-
+#define KB512(M, AHEAD) kernel_m(M, K2, a, b, acc, AHEAD)
 TB512 static void kernel(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
 {
-    KERNEL_CASES(0)
+    switch (m) { KIME_ROW_CASES14(KB512, 0) } /* one register allocation per row count */
 }
 
-/* kernel for a panel's first tile, which reads the panel from DRAM: gemm.c's B_AHEAD */
+/* kernel for a panel's first tile, fetching its weights ahead (team.h) */
 TB512 static void kernel_first(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
 {
-    KERNEL_CASES(1)
+    switch (m) { KIME_ROW_CASES14(KB512, 1) }
 }
-#undef KERNEL_CASES
+#undef KB512
 
 #define store_tile store512
 

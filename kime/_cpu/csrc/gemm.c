@@ -61,8 +61,8 @@ typedef struct {
     void (*store)(const float *acc, int m, int n0, int nv, const epilogue *e, float *C);
     /* optional: pack_a's sliver (the same floats) faster; NULL: pack_a */
     void (*pack)(const float *A, int lda, int m, int K, int mr, float *dst);
-    /* optional: `kernel` for a panel's first tile, which reads the panel from DRAM (the forward
-     * pass streams every weight once); the same arithmetic, so the same bits. NULL: kernel */
+    /* optional: `kernel` for a panel's first tile, fetching the panel ahead (team.h's
+     * KIME_AHEAD); the same arithmetic, so the same bits. NULL: kernel */
     void (*first)(int m, int K, const float *a, const float *b, float *acc);
 } gemm_impl;
 
@@ -104,13 +104,6 @@ static void store_portable(const float *acc, int m, int n0, int nv, const epilog
 }
 
 #ifdef KIME_X86
-/* How far ahead of its k a panel's first tile asks for the panel's lines, in floats: 4 KiB (32 k
- * steps of the 14 x 32 kernel, 64 of the 6 x 16). The first tile reads the panel from DRAM (the
- * forward pass streams every weight once) and the L2 streamer stops at each 4 KiB page, so it
- * would wait on DRAM at every page: a 182-row GEMM on 40 distinct weights, 2 threads, AVX-512,
- * ran 15-40% slower than on one warm weight, and 10-23% faster with this (1-4 KiB alike). */
-#define B_AHEAD 1024
-
 /* ---- AVX-512: 14 x 32 tiles (28 accumulators, 2 B vectors, A broadcast from memory) ------- */
 
 #define AMR 14
@@ -124,10 +117,8 @@ kernel512_m(const int m, int K, const float *a, const float *b, float *acc, cons
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm512_setzero_ps();
     for (int k = 0; k < K; k++, a += AMR, b += ANR) {
-        if (ahead) { /* both 64-byte lines of the k step 32 steps on (past the end: harmless) */
-            _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T0);
-            _mm_prefetch((const char *)(b + B_AHEAD + 16), _MM_HINT_T0);
-        }
+        if (ahead) /* the k step's two lines (team.h) */
+            kime_fetch_ahead(b, 2);
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
 #pragma GCC unroll 16
         for (int i = 0; i < m; i++) {
@@ -158,35 +149,18 @@ T512 static void pack512(const float *A, int lda, int m, int K, int mr, float *d
     }
 }
 
-/* one register allocation per row count */
-#define KERNEL512_CASES(AHEAD)                                                                   \
-    switch (m) {                                                                                 \
-    case 1: kernel512_m(1, K, a, b, acc, AHEAD); break;                                          \
-    case 2: kernel512_m(2, K, a, b, acc, AHEAD); break;                                          \
-    case 3: kernel512_m(3, K, a, b, acc, AHEAD); break;                                          \
-    case 4: kernel512_m(4, K, a, b, acc, AHEAD); break;                                          \
-    case 5: kernel512_m(5, K, a, b, acc, AHEAD); break;                                          \
-    case 6: kernel512_m(6, K, a, b, acc, AHEAD); break;                                          \
-    case 7: kernel512_m(7, K, a, b, acc, AHEAD); break;                                          \
-    case 8: kernel512_m(8, K, a, b, acc, AHEAD); break;                                          \
-    case 9: kernel512_m(9, K, a, b, acc, AHEAD); break;                                          \
-    case 10: kernel512_m(10, K, a, b, acc, AHEAD); break;                                        \
-    case 11: kernel512_m(11, K, a, b, acc, AHEAD); break;                                        \
-    case 12: kernel512_m(12, K, a, b, acc, AHEAD); break;                                        \
-    case 13: kernel512_m(13, K, a, b, acc, AHEAD); break;                                        \
-    case 14: kernel512_m(14, K, a, b, acc, AHEAD); break;                                        \
-    }
-
+#define K512(M, AHEAD) kernel512_m(M, K, a, b, acc, AHEAD)
 T512 static void kernel512(int m, int K, const float *a, const float *b, float *acc)
 {
-    KERNEL512_CASES(0)
+    switch (m) { KIME_ROW_CASES14(K512, 0) }
 }
 
+/* kernel512 for a panel's first tile, fetching its weights ahead (team.h) */
 T512 static void kernel512_first(int m, int K, const float *a, const float *b, float *acc)
 {
-    KERNEL512_CASES(1)
+    switch (m) { KIME_ROW_CASES14(K512, 1) }
 }
-#undef KERNEL512_CASES
+#undef K512
 
 /* ---- AVX2 + FMA: 6 x 16 tiles (12 accumulators) ------------------------------------------ */
 
@@ -201,8 +175,8 @@ kernel256_m(const int m, int K, const float *a, const float *b, float *acc, cons
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm256_setzero_ps();
     for (int k = 0; k < K; k++, a += HMR, b += HNR) {
-        if (ahead) /* the k step's one 64-byte line, 64 steps on (B_AHEAD) */
-            _mm_prefetch((const char *)(b + B_AHEAD), _MM_HINT_T0);
+        if (ahead) /* the k step's line (team.h) */
+            kime_fetch_ahead(b, 1);
         __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 8
         for (int i = 0; i < m; i++) {
@@ -218,26 +192,18 @@ kernel256_m(const int m, int K, const float *a, const float *b, float *acc, cons
     }
 }
 
-#define KERNEL256_CASES(AHEAD)                                                                   \
-    switch (m) {                                                                                 \
-    case 1: kernel256_m(1, K, a, b, acc, AHEAD); break;                                          \
-    case 2: kernel256_m(2, K, a, b, acc, AHEAD); break;                                          \
-    case 3: kernel256_m(3, K, a, b, acc, AHEAD); break;                                          \
-    case 4: kernel256_m(4, K, a, b, acc, AHEAD); break;                                          \
-    case 5: kernel256_m(5, K, a, b, acc, AHEAD); break;                                          \
-    case 6: kernel256_m(6, K, a, b, acc, AHEAD); break;                                          \
-    }
-
+#define K256(M, AHEAD) kernel256_m(M, K, a, b, acc, AHEAD)
 T256 static void kernel256(int m, int K, const float *a, const float *b, float *acc)
 {
-    KERNEL256_CASES(0)
+    switch (m) { KIME_ROW_CASES6(K256, 0) }
 }
 
+/* kernel256 for a panel's first tile, fetching its weights ahead (team.h) */
 T256 static void kernel256_first(int m, int K, const float *a, const float *b, float *acc)
 {
-    KERNEL256_CASES(1)
+    switch (m) { KIME_ROW_CASES6(K256, 1) }
 }
-#undef KERNEL256_CASES
+#undef K256
 
 T256 static void store256(const float *acc, int m, int n0, int nv, const epilogue *e, float *C)
 {

@@ -96,8 +96,8 @@ typedef struct {
      * configuration, which is per thread) */
     void (*enter)(void);
     void (*leave)(void);
-    /* optional: `kernel` for a panel's first tile, which reads the panel from DRAM; the same
-     * sums. NULL: kernel */
+    /* optional: `kernel` for a panel's first tile, fetching the panel ahead (team.h's
+     * KIME_AHEAD); the same sums. NULL: kernel */
     void (*first)(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc);
 } qimpl;
 
@@ -187,9 +187,6 @@ static void qstore_portable(const int32_t *acc, int m, int n0, int nv, const qep
 
 #define VMR 14
 #define VNR 32
-/* bytes ahead of its group a panel's first tile asks for the panel's lines (gemm.c's B_AHEAD:
- * 4 KiB, 32 groups) */
-#define QB_AHEAD 4096
 #define V16(v) _mm512_set1_ps(v)
 
 /* qpack_a's sliver and scales with quant_portable's arithmetic (scale amax / 127, q = rint(x *
@@ -249,10 +246,8 @@ qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *ac
     for (int i = 0; i < m; i++)
         c0[i] = c1[i] = _mm512_setzero_si512();
     for (int g = 0; g < K4; g++, a += VMR * 4, b += VNR * 4) {
-        if (ahead) { /* both lines of the group QB_AHEAD bytes on (past the end: harmless) */
-            _mm_prefetch((const char *)b + QB_AHEAD, _MM_HINT_T0);
-            _mm_prefetch((const char *)b + QB_AHEAD + 64, _MM_HINT_T0);
-        }
+        if (ahead) /* the group's two lines (team.h) */
+            kime_fetch_ahead(b, 2);
         __m512i b0 = _mm512_loadu_si512(b), b1 = _mm512_loadu_si512(b + 64);
 #pragma GCC unroll 16
         for (int i = 0; i < m; i++) {
@@ -268,36 +263,19 @@ qkernel512_m(const int m, int K4, const uint8_t *a, const int8_t *b, int32_t *ac
     }
 }
 
-#define QKERNEL512_CASES(AHEAD)                                                                  \
-    switch (m) {                                                                                 \
-    case 1: qkernel512_m(1, K4, a, b, acc, AHEAD); break;                                        \
-    case 2: qkernel512_m(2, K4, a, b, acc, AHEAD); break;                                        \
-    case 3: qkernel512_m(3, K4, a, b, acc, AHEAD); break;                                        \
-    case 4: qkernel512_m(4, K4, a, b, acc, AHEAD); break;                                        \
-    case 5: qkernel512_m(5, K4, a, b, acc, AHEAD); break;                                        \
-    case 6: qkernel512_m(6, K4, a, b, acc, AHEAD); break;                                        \
-    case 7: qkernel512_m(7, K4, a, b, acc, AHEAD); break;                                        \
-    case 8: qkernel512_m(8, K4, a, b, acc, AHEAD); break;                                        \
-    case 9: qkernel512_m(9, K4, a, b, acc, AHEAD); break;                                        \
-    case 10: qkernel512_m(10, K4, a, b, acc, AHEAD); break;                                      \
-    case 11: qkernel512_m(11, K4, a, b, acc, AHEAD); break;                                      \
-    case 12: qkernel512_m(12, K4, a, b, acc, AHEAD); break;                                      \
-    case 13: qkernel512_m(13, K4, a, b, acc, AHEAD); break;                                      \
-    case 14: qkernel512_m(14, K4, a, b, acc, AHEAD); break;                                      \
-    }
-
+#define QK512(M, AHEAD) qkernel512_m(M, K4, a, b, acc, AHEAD)
 TQ512 static void qkernel512(int m, int K4, const uint8_t *a, const int8_t *b, int32_t *acc)
 {
-    QKERNEL512_CASES(0)
+    switch (m) { KIME_ROW_CASES14(QK512, 0) }
 }
 
-/* qkernel512 for a panel's first tile, which reads the panel from DRAM: gemm.c's B_AHEAD */
+/* qkernel512 for a panel's first tile, fetching its weights ahead (team.h) */
 TQ512 static void qkernel512_first(int m, int K4, const uint8_t *a, const int8_t *b,
                                    int32_t *acc)
 {
-    QKERNEL512_CASES(1)
+    switch (m) { KIME_ROW_CASES14(QK512, 1) }
 }
-#undef QKERNEL512_CASES
+#undef QK512
 
 TQ512 static inline __m512 deq16(const int32_t *acc, __m512i comp, __m512 sa, __m512 sw,
                                  __m512 bias)

@@ -70,6 +70,40 @@ static inline void kime_prefetch_tile(const float *C, int ldc, int m, int n0, in
             __builtin_prefetch(C + c, 0, 2);
 }
 
+/* A panel's first row tile reads the panel from DRAM (a short request streams every weight
+ * once; the later tiles find it in L2), and the L2 streamer stops at each 4 KiB page. So the
+ * register kernels' first-tile twins ask, every k step, for the step's B lines KIME_AHEAD bytes
+ * on: a 182-row FP32 GEMM over distinct weights, 2 threads, AVX-512, ran 15-40% slower than on
+ * one warm weight, and 10-23% faster with this (1-4 KiB alike). Past a panel's end it asks for
+ * the next panel's lines or beyond the weights: a prefetch never faults. No bits change. */
+#define KIME_AHEAD 4096
+
+static inline void kime_fetch_ahead(const void *b, int lines)
+{
+    for (int l = 0; l < lines; l++)
+        __builtin_prefetch((const char *)b + KIME_AHEAD + 64 * l, 0, 3);
+}
+
+/* The cases of a switch over a register kernel's row count m, each calling F(m, X) with m a
+ * constant, so each row count gets its own register allocation. */
+#define KIME_ROW_CASES6(F, X)                                                                    \
+    case 1: F(1, X); break;                                                                      \
+    case 2: F(2, X); break;                                                                      \
+    case 3: F(3, X); break;                                                                      \
+    case 4: F(4, X); break;                                                                      \
+    case 5: F(5, X); break;                                                                      \
+    case 6: F(6, X); break;
+#define KIME_ROW_CASES14(F, X)                                                                   \
+    KIME_ROW_CASES6(F, X)                                                                        \
+    case 7: F(7, X); break;                                                                      \
+    case 8: F(8, X); break;                                                                      \
+    case 9: F(9, X); break;                                                                      \
+    case 10: F(10, X); break;                                                                    \
+    case 11: F(11, X); break;                                                                    \
+    case 12: F(12, X); break;                                                                    \
+    case 13: F(13, X); break;                                                                    \
+    case 14: F(14, X); break;
+
 static inline void kime_gemm_drive(const kime_gemm_plan *p, int nthreads)
 {
     const int tiles = (p->M + p->mr - 1) / p->mr;
