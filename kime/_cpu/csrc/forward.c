@@ -85,7 +85,7 @@ static inline void norm_row(const float *x, float *y, int d, const float *w,
 typedef void (*norm_fn)(const float *, float *, int, const float *, const float *, float);
 
 #ifdef KIME_NEON
-/* norm_row in NEON, to the bit (as norm_row512 on AVX-512): the eight double partial sums are
+/* norm_row in NEON, to the bit (as norm_rows512 on AVX-512): the eight double partial sums are
  * the lanes of four float64x2 vectors (part_s[k] is vector k / 2, lane k % 2, taking x[i + k]),
  * and every other step is the same IEEE operation on the same values in the same order.
  * vmulq/vaddq are plain vector arithmetic in GCC's arm_neon.h, which it would fuse: this file
@@ -142,37 +142,68 @@ static void norm_row_neon(const float *x, float *y, int d, const float *w,
 #endif
 
 #ifdef KIME_X86
-/* norm_row in AVX-512, to the bit: the eight double partial sums are the eight lanes of one
+/* norm_row in AVX-512, to the bit (norm_rows512): the eight double partial sums are the eight lanes of one
  * vector (lane k takes x[i + k], as part_s[k] does), and every other step is the same IEEE
  * operation on the same values, in the same order. GCC would contract (v * w) + b into one FMA
  * (a single rounding, other bits), so this file is compiled without contraction (setup.py's
- * CSRC_FLAGS), as the x86-64 baseline norm_row is built for has none. */
-__attribute__((target("avx512f"))) static void
-norm_row512(const float *x, float *y, int d, const float *w, const float *b, float eps) {
-    __m512d acc = _mm512_setzero_pd();
-    int i = 0;
-    for (; i + NACC <= d; i += NACC) acc = _mm512_add_pd(acc, _mm512_cvtps_pd(_mm256_loadu_ps(x + i)));
-    double part[NACC], sum = 0.0;
-    _mm512_storeu_pd(part, acc);
-    for (int k = 0; k < NACC; k++) sum += part[k];
-    for (int j = i; j < d; j++) sum += x[j];
-    const double mean = sum / d;
-    const __m512d vmean = _mm512_set1_pd(mean);
-    acc = _mm512_setzero_pd();
-    for (i = 0; i + NACC <= d; i += NACC) {
-        __m512d c = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), vmean);
-        acc = _mm512_add_pd(acc, _mm512_mul_pd(c, c));
-    }
-    double sq = 0.0;
-    _mm512_storeu_pd(part, acc);
-    for (int k = 0; k < NACC; k++) sq += part[k];
+ * CSRC_FLAGS), as the x86-64 baseline norm_row is built for has none.
+ *
+ * A row's two sums are each one chain of dependent double adds (d / 8 of them, 4 cycles each),
+ * so norm_rows512 runs NORM_ROWS rows' chains side by side: each row still adds its own values
+ * in its own order (the same bits alone or beside others), at about a third of the time. */
+#define NORM_ROWS 4
+
+/* lanes summed in part_s's order, then the tail past the last whole vector */
+static inline double lanes_then_tail(const double *part, const float *x, int i, int d,
+                                     double mean, int centred) {
+    double s = 0.0;
+    for (int k = 0; k < NACC; k++) s += part[k];
     for (int j = i; j < d; j++) {
-        double c = x[j] - mean;
-        sq += c * c;
+        if (centred) {
+            double c = x[j] - mean;
+            s += c * c;
+        } else {
+            s += x[j];
+        }
     }
-    const double inv = 1.0 / sqrt(sq / d + (double)eps);
-    const __m512d vinv = _mm512_set1_pd(inv);
-    for (i = 0; i + NACC <= d; i += NACC) {
+    return s;
+}
+
+/* rows [0, R) of x (row stride d): their means and 1 / sqrt(var + eps), as norm_row makes them */
+__attribute__((target("avx512f"), always_inline)) static inline void
+stats512(const float *x, int R, int d, float eps, double *mean, double *inv) {
+    __m512d acc[NORM_ROWS];
+    double part[NACC];
+    int i = 0;
+    for (int r = 0; r < R; r++) acc[r] = _mm512_setzero_pd();
+    for (; i + NACC <= d; i += NACC)
+        for (int r = 0; r < R; r++)
+            acc[r] = _mm512_add_pd(acc[r], _mm512_cvtps_pd(_mm256_loadu_ps(x + (size_t)r * d + i)));
+    for (int r = 0; r < R; r++) {
+        _mm512_storeu_pd(part, acc[r]);
+        mean[r] = lanes_then_tail(part, x + (size_t)r * d, i, d, 0.0, 0) / d;
+        acc[r] = _mm512_setzero_pd();
+    }
+    for (i = 0; i + NACC <= d; i += NACC)
+        for (int r = 0; r < R; r++) {
+            __m512d c = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + (size_t)r * d + i)),
+                                      _mm512_set1_pd(mean[r]));
+            acc[r] = _mm512_add_pd(acc[r], _mm512_mul_pd(c, c));
+        }
+    for (int r = 0; r < R; r++) {
+        _mm512_storeu_pd(part, acc[r]);
+        const double sq = lanes_then_tail(part, x + (size_t)r * d, i, d, mean[r], 1);
+        inv[r] = 1.0 / sqrt(sq / d + (double)eps);
+    }
+}
+
+/* y = (x - mean) * inv * w (+ b) for one row */
+__attribute__((target("avx512f"))) static inline void
+apply512(const float *x, float *y, int d, const float *w, const float *b, double mean,
+         double inv) {
+    const __m512d vmean = _mm512_set1_pd(mean), vinv = _mm512_set1_pd(inv);
+    int i = 0;
+    for (; i + NACC <= d; i += NACC) {
         __m512d c = _mm512_mul_pd(_mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(x + i)), vmean), vinv);
         __m256 v = _mm256_mul_ps(_mm512_cvtpd_ps(c), _mm256_loadu_ps(w + i));
         if (b) v = _mm256_add_ps(v, _mm256_loadu_ps(b + i));
@@ -183,45 +214,71 @@ norm_row512(const float *x, float *y, int d, const float *w, const float *b, flo
         y[i] = b ? v + b[i] : v;
     }
 }
+
+/* n rows at a row stride of d, NORM_ROWS at a time (in place too: a row is read whole before
+ * it is written) */
+__attribute__((target("avx512f"))) static void
+norm_rows512(const float *x, float *y, int n, int d, const float *w, const float *b, float eps) {
+    double mean[NORM_ROWS], inv[NORM_ROWS];
+    for (int r0 = 0; r0 < n; r0 += NORM_ROWS) {
+        const int R = n - r0 < NORM_ROWS ? n - r0 : NORM_ROWS;
+        const float *xr = x + (size_t)r0 * d;
+        if (R == NORM_ROWS)
+            stats512(xr, NORM_ROWS, d, eps, mean, inv); /* a constant R: the chains in registers */
+        else
+            stats512(xr, R, d, eps, mean, inv);
+        for (int r = 0; r < R; r++)
+            apply512(xr + (size_t)r * d, y + (size_t)(r0 + r) * d, d, w, b, mean[r], inv[r]);
+    }
+}
 #endif
 
 #ifdef KIME_X86
-/* norm_row in AVX2, to the bit, as norm_row512: the eight double partial sums are the lanes of
+/* norm_row in AVX2, to the bit, as norm_rows512: the eight double partial sums are the lanes of
  * two 4-lane vectors (lo takes x[i + k] for k < 4, hi for k >= 4), every other step the same
- * IEEE operation on the same values in the same order (no contraction: CSRC_FLAGS). */
-__attribute__((target("avx2"))) static void
-norm_row256(const float *x, float *y, int d, const float *w, const float *b, float eps) {
-    __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+ * IEEE operation on the same values in the same order (no contraction: CSRC_FLAGS), and
+ * NORM_ROWS rows' chains side by side as in norm_rows512. */
+__attribute__((target("avx2"), always_inline)) static inline void
+stats256(const float *x, int R, int d, float eps, double *mean, double *inv) {
+    __m256d lo[NORM_ROWS], hi[NORM_ROWS];
+    double part[NACC];
+    int i = 0;
+    for (int r = 0; r < R; r++) lo[r] = hi[r] = _mm256_setzero_pd();
+    for (; i + NACC <= d; i += NACC)
+        for (int r = 0; r < R; r++) {
+            const float *xr = x + (size_t)r * d + i;
+            lo[r] = _mm256_add_pd(lo[r], _mm256_cvtps_pd(_mm_loadu_ps(xr)));
+            hi[r] = _mm256_add_pd(hi[r], _mm256_cvtps_pd(_mm_loadu_ps(xr + 4)));
+        }
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_pd(part, lo[r]);
+        _mm256_storeu_pd(part + 4, hi[r]);
+        mean[r] = lanes_then_tail(part, x + (size_t)r * d, i, d, 0.0, 0) / d;
+        lo[r] = hi[r] = _mm256_setzero_pd();
+    }
+    for (i = 0; i + NACC <= d; i += NACC)
+        for (int r = 0; r < R; r++) {
+            const float *xr = x + (size_t)r * d + i;
+            const __m256d vmean = _mm256_set1_pd(mean[r]);
+            __m256d c0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(xr)), vmean);
+            __m256d c1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(xr + 4)), vmean);
+            lo[r] = _mm256_add_pd(lo[r], _mm256_mul_pd(c0, c0));
+            hi[r] = _mm256_add_pd(hi[r], _mm256_mul_pd(c1, c1));
+        }
+    for (int r = 0; r < R; r++) {
+        _mm256_storeu_pd(part, lo[r]);
+        _mm256_storeu_pd(part + 4, hi[r]);
+        const double sq = lanes_then_tail(part, x + (size_t)r * d, i, d, mean[r], 1);
+        inv[r] = 1.0 / sqrt(sq / d + (double)eps);
+    }
+}
+
+__attribute__((target("avx2"))) static inline void
+apply256(const float *x, float *y, int d, const float *w, const float *b, double mean,
+         double inv) {
+    const __m256d vmean = _mm256_set1_pd(mean), vinv = _mm256_set1_pd(inv);
     int i = 0;
     for (; i + NACC <= d; i += NACC) {
-        lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm_loadu_ps(x + i)));
-        hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)));
-    }
-    double part[NACC], sum = 0.0;
-    _mm256_storeu_pd(part, lo);
-    _mm256_storeu_pd(part + 4, hi);
-    for (int k = 0; k < NACC; k++) sum += part[k];
-    for (int j = i; j < d; j++) sum += x[j];
-    const double mean = sum / d;
-    const __m256d vmean = _mm256_set1_pd(mean);
-    lo = hi = _mm256_setzero_pd();
-    for (i = 0; i + NACC <= d; i += NACC) {
-        __m256d c0 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), vmean);
-        __m256d c1 = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), vmean);
-        lo = _mm256_add_pd(lo, _mm256_mul_pd(c0, c0));
-        hi = _mm256_add_pd(hi, _mm256_mul_pd(c1, c1));
-    }
-    double sq = 0.0;
-    _mm256_storeu_pd(part, lo);
-    _mm256_storeu_pd(part + 4, hi);
-    for (int k = 0; k < NACC; k++) sq += part[k];
-    for (int j = i; j < d; j++) {
-        double c = x[j] - mean;
-        sq += c * c;
-    }
-    const double inv = 1.0 / sqrt(sq / d + (double)eps);
-    const __m256d vinv = _mm256_set1_pd(inv);
-    for (i = 0; i + NACC <= d; i += NACC) {
         __m256d c0 = _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i)), vmean), vinv);
         __m256d c1 =
             _mm256_mul_pd(_mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4)), vmean), vinv);
@@ -235,21 +292,57 @@ norm_row256(const float *x, float *y, int d, const float *w, const float *b, flo
         y[i] = b ? v + b[i] : v;
     }
 }
+
+__attribute__((target("avx2"))) static void
+norm_rows256(const float *x, float *y, int n, int d, const float *w, const float *b, float eps) {
+    double mean[NORM_ROWS], inv[NORM_ROWS];
+    for (int r0 = 0; r0 < n; r0 += NORM_ROWS) {
+        const int R = n - r0 < NORM_ROWS ? n - r0 : NORM_ROWS;
+        const float *xr = x + (size_t)r0 * d;
+        if (R == NORM_ROWS)
+            stats256(xr, NORM_ROWS, d, eps, mean, inv);
+        else
+            stats256(xr, R, d, eps, mean, inv);
+        for (int r = 0; r < R; r++)
+            apply256(xr + (size_t)r * d, y + (size_t)(r0 + r) * d, d, w, b, mean[r], inv[r]);
+    }
+}
 #endif
 
-/* The row norm kime_layer_norm runs at this ISA level: each gives norm_row's bits. */
-static norm_fn norm_for_isa(void) {
-#ifdef KIME_X86
-    if (kime_isa_detect() == KIME_ISA_AVX512) return norm_row512;
-    if (kime_isa_detect() == KIME_ISA_AVX2) return norm_row256;
-#elif defined(KIME_NEON)
-    if (kime_isa_detect() >= KIME_ISA_NEON) return norm_row_neon;
+/* n rows at a row stride of d, one at a time: the norms without a multi-row form */
+static void norm_rows_one(norm_fn row, const float *x, float *y, int n, int d, const float *w,
+                          const float *b, float eps) {
+    for (int r = 0; r < n; r++) row(x + (size_t)r * d, y + (size_t)r * d, d, w, b, eps);
+}
+
+static void norm_rows_portable(const float *x, float *y, int n, int d, const float *w,
+                               const float *b, float eps) {
+    norm_rows_one(norm_row, x, y, n, d, w, b, eps);
+}
+
+#ifdef KIME_NEON
+static void norm_rows_neon(const float *x, float *y, int n, int d, const float *w,
+                           const float *b, float eps) {
+    norm_rows_one(norm_row_neon, x, y, n, d, w, b, eps);
+}
 #endif
-    return norm_row;
+
+typedef void (*norm_rows_fn)(const float *, float *, int, int, const float *, const float *,
+                             float);
+
+/* The rows' norm kime_layer_norm runs at this ISA level: each gives norm_row's bits. */
+static norm_rows_fn norm_for_isa(void) {
+#ifdef KIME_X86
+    if (kime_isa_detect() == KIME_ISA_AVX512) return norm_rows512;
+    if (kime_isa_detect() == KIME_ISA_AVX2) return norm_rows256;
+#elif defined(KIME_NEON)
+    if (kime_isa_detect() >= KIME_ISA_NEON) return norm_rows_neon;
+#endif
+    return norm_rows_portable;
 }
 
 typedef struct {
-    norm_fn row;
+    norm_rows_fn rows;
     const float *x, *w, *b;
     float *y;
     int n, d, chunk;
@@ -259,10 +352,10 @@ typedef struct {
 static void norm_task(void *ctx, int task, int tid)
 {
     const norm_job *j = (const norm_job *)ctx;
-    const int t1 = (task + 1) * j->chunk < j->n ? (task + 1) * j->chunk : j->n;
+    const int t0 = task * j->chunk, t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
     (void)tid;
-    for (int t = task * j->chunk; t < t1; t++)
-        j->row(j->x + (size_t)t * j->d, j->y + (size_t)t * j->d, j->d, j->w, j->b, j->eps);
+    j->rows(j->x + (size_t)t0 * j->d, j->y + (size_t)t0 * j->d, t1 - t0, j->d, j->w, j->b,
+            j->eps);
 }
 
 void kime_layer_norm(const float *x, float *y, int n, int d, const float *w,
@@ -277,7 +370,7 @@ typedef struct {
     const kime_model *m;
     const int32_t *ids;
     float *x, *tmp;
-    norm_fn norm;
+    norm_rows_fn norm;
     int n, chunk;
 } embed_job;
 
@@ -290,7 +383,7 @@ static void embed_task(void *ctx, int task, int tid)
         const uint16_t *src = j->m->tok_emb + (size_t)j->ids[t] * d;
         float *row = j->tmp + (size_t)t * d;
         for (int i = 0; i < d; i++) row[i] = half_to_float(src[i]);
-        j->norm(row, j->x + (size_t)t * d, d, j->m->emb_norm_w, j->m->emb_norm_b,
+        j->norm(row, j->x + (size_t)t * d, 1, d, j->m->emb_norm_w, j->m->emb_norm_b,
                 j->m->norm_eps);
     }
 }
@@ -298,9 +391,9 @@ static void embed_task(void *ctx, int task, int tid)
 static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
                   float *tmp, int nthreads) {
 #ifdef KIME_NEON
-    const norm_fn norm = norm_for_isa(); /* kime_layer_norm's, as the other norms */
+    const norm_rows_fn norm = norm_for_isa(); /* kime_layer_norm's, as the other norms */
 #else
-    const norm_fn norm = norm_row; /* x86 as before (every variant gives its bits) */
+    const norm_rows_fn norm = norm_rows_portable; /* x86 as before (every one gives its bits) */
 #endif
     if (n <= 0) return;
     embed_job j = {m, ids, x, tmp, norm, n, kime_chunk(n, nthreads, 4, 4)};
