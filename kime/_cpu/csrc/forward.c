@@ -377,26 +377,23 @@ typedef struct {
 static void embed_task(void *ctx, int task, int tid)
 {
     const embed_job *j = (const embed_job *)ctx;
-    const int d = j->m->d, t1 = (task + 1) * j->chunk < j->n ? (task + 1) * j->chunk : j->n;
+    const int d = j->m->d, t0 = task * j->chunk;
+    const int t1 = t0 + j->chunk < j->n ? t0 + j->chunk : j->n;
     (void)tid;
-    for (int t = task * j->chunk; t < t1; t++) {
+    for (int t = t0; t < t1; t++) {
         const uint16_t *src = j->m->tok_emb + (size_t)j->ids[t] * d;
         float *row = j->tmp + (size_t)t * d;
         for (int i = 0; i < d; i++) row[i] = half_to_float(src[i]);
-        j->norm(row, j->x + (size_t)t * d, 1, d, j->m->emb_norm_w, j->m->emb_norm_b,
-                j->m->norm_eps);
     }
+    /* the chunk's rows normed together (norm_rows512 runs four at once) */
+    j->norm(j->tmp + (size_t)t0 * d, j->x + (size_t)t0 * d, t1 - t0, d, j->m->emb_norm_w,
+            j->m->emb_norm_b, j->m->norm_eps);
 }
 
 static void embed(const kime_model *m, const int32_t *ids, int n, float *x,
                   float *tmp, int nthreads) {
-#ifdef KIME_NEON
-    const norm_rows_fn norm = norm_for_isa(); /* kime_layer_norm's, as the other norms */
-#else
-    const norm_rows_fn norm = norm_rows_portable; /* x86 as before (every one gives its bits) */
-#endif
     if (n <= 0) return;
-    embed_job j = {m, ids, x, tmp, norm, n, kime_chunk(n, nthreads, 4, 4)};
+    embed_job j = {m, ids, x, tmp, norm_for_isa(), n, kime_chunk(n, nthreads, 4, 4)};
     kime_parallel(nthreads, (n + j.chunk - 1) / j.chunk, embed_task, &j);
 }
 
