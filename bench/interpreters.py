@@ -11,7 +11,9 @@ on W1 (bench/workloads.py: a 96-token state, one choice of 4). Calls are interle
 after another, the order rotated each round, with `--gap` seconds of quiet before each call so no
 worker's threads are still spinning. Every worker's first answer must equal the first worker's.
 Prints the machine, each interpreter's Python and extension suffix, the median and p90 of
-`--rounds` calls, and each median's ratio to the first interpreter's.
+`--rounds` calls, each median's ratio to the first interpreter's, and `paired`: the median over
+rounds of its call over the first interpreter's call of the same round (the ratio that holds
+still while a shared machine's speed moves between the rounds, as bench.table's column).
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import time
 from typing import Any, Dict, List
 
 from .machine import machine_info
-from .stats import percentile
+from .stats import paired_ratio, percentile
 from .workloads import build_workloads, cached_checkpoint
 
 # Runs in each interpreter under test, from a folder outside the checkout, so `import kime` is the
@@ -117,15 +119,16 @@ def main(argv: List[str] | None = None) -> int:
           % (w1.rows_text(), args.shape, args.precision, args.threads, args.rounds, args.gap))
     print("machine: %s, %d cores, %s" % (info["cpu"], info["cores"], info["os"]))
     base = None
-    print("%-14s %-8s %-42s %9s %9s %7s" % ("interpreter", "python", "extension", "p50 ms",
-                                           "p90 ms", "ratio"))
+    print("%-14s %-8s %-42s %9s %9s %7s %7s" % ("interpreter", "python", "extension", "p50 ms",
+                                                "p90 ms", "ratio", "paired"))
     for wk in workers:
         p50 = percentile(wk["seconds"], 50) * 1e3
         p90 = percentile(wk["seconds"], 90) * 1e3
         base = base or p50
-        print("%-14s %-8s %-42s %9.2f %9.2f %7.3f" % (wk["label"], wk["hello"]["python"],
-                                                     wk["hello"]["extension"], p50, p90,
-                                                     p50 / base))
+        paired = paired_ratio(wk["seconds"], workers[0]["seconds"])
+        print("%-14s %-8s %-42s %9.2f %9.2f %7.3f %7s" % (
+            wk["label"], wk["hello"]["python"], wk["hello"]["extension"], p50, p90, p50 / base,
+            "%.3f" % paired if paired is not None else "-"))
     print("answers: " + ("identical on every interpreter" if not disagree
                          else "DIFFER on " + ", ".join(disagree)))
     return 1 if disagree else 0

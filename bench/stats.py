@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 
 def percentile(samples: Sequence[float], p: float) -> float:
@@ -14,6 +14,14 @@ def percentile(samples: Sequence[float], p: float) -> float:
     lo = int(math.floor(pos))
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def paired_ratio(other: Sequence[float], base: Sequence[float]) -> Optional[float]:
+    """The median over rounds of `other`'s call over `base`'s call in the same round (sample i of
+    each is round i's timed call), or None without a common round: a ratio that holds still while
+    a shared machine's speed moves between rounds."""
+    ratios = [o / b for o, b in zip(other, base) if b > 0]
+    return percentile(ratios, 50) if ratios else None
 
 
 def summarize(samples: Sequence[float]) -> Dict[str, Any]:

@@ -46,7 +46,7 @@ from .machine import machine_info  # noqa: E402
 from .report import emit  # noqa: E402
 from .run import (CALIBRATION, OPENVINO, W1_TOLERANCE, Engine, kime_runner,  # noqa: E402
                   peer_runner, prepare_onnx, prepare_onnx_int8, prepare_openvino)
-from .stats import compare_results, percentile, w1_agrees  # noqa: E402
+from .stats import compare_results, paired_ratio, w1_agrees  # noqa: E402
 from .workloads import build_workloads, cached_checkpoint  # noqa: E402
 
 SETTINGS = (("W1", "quiet"), ("W3", "quiet"), ("W1", "spinner"))
@@ -153,13 +153,6 @@ def precision_of(key: str) -> str:
 
 def peer_label(key: str) -> str:
     return "ORT" if key.startswith("onnx") else "OpenVINO"
-
-
-def paired_ratio(peer: Sequence[float], kime: Sequence[float]) -> Optional[float]:
-    """The median over rounds of the peer's call over kime's call in the same round (sample i of
-    each is round i's timed call), or None without a common round."""
-    ratios = [p / k for p, k in zip(peer, kime) if k > 0]
-    return percentile(ratios, 50) if ratios else None
 
 
 def rows_of(report: Dict[str, Any]) -> List[List[str]]:

@@ -142,5 +142,8 @@ def test_interpreters_bench_runs_and_compares_answers(tmp_path: Path,
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "answers: identical on every interpreter" in out
-    rows = [line.split()[0] for line in out.splitlines() if line.startswith(("a ", "b "))]
-    assert rows == ["a", "b"], out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("a ", "b "))]
+    assert [row[0] for row in rows] == ["a", "b"], out
+    # paired: each round's call over the first interpreter's; the first's is its own, so 1
+    assert rows[0][-1] == "1.000", out
+    assert float(rows[1][-1]) > 0, out
