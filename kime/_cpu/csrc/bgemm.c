@@ -327,8 +327,10 @@ TB512 static void pack_a_amx(const float *A, int lda, int m, int K, uint32_t *ds
  * hardware's own order within the tile: its bits are its own (the same at any thread count and
  * batch: every C element still takes every k in one fixed sequence of tiles). Tiles as qgemm.c's
  * AMX kernel: 0-3 the 2 x 2 accumulators, 4-5 A, 6-7 the panel's two halves at a stride of one
- * pair group (128 bytes). */
-TBAMX static void kernel_amx(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc)
+ * pair group (128 bytes). np: the lines of the next panel this tile asks for into L2 (team.h's
+ * kime_next_panel: a panel's later tiles, which read it from L2, fetch the next from DRAM). */
+TBAMX static void kernel_amx(int m, int K2, const uint32_t *a, const uint32_t *b, float *acc,
+                             kime_next_panel np)
 {
     const uint32_t *end = b + (size_t)K2 * BNR;
     _tile_zero(0);
@@ -336,7 +338,8 @@ TBAMX static void kernel_amx(int m, int K2, const uint32_t *a, const uint32_t *b
     if (m > 16) {
         _tile_zero(2);
         _tile_zero(3);
-        for (; b < end; b += 16 * BNR, a += AMX_MR * 16) {
+        for (int s = 0; b < end; b += 16 * BNR, a += AMX_MR * 16, s++) {
+            kime_next_panel_step(np, s);
             _tile_loadd(6, b, BNR * 4);
             _tile_loadd(7, b + 16, BNR * 4);
             _tile_loadd(4, a, 64);
@@ -349,7 +352,8 @@ TBAMX static void kernel_amx(int m, int K2, const uint32_t *a, const uint32_t *b
         _tile_stored(2, acc + 16 * BNR, BNR * 4);
         _tile_stored(3, acc + 16 * BNR + 16, BNR * 4);
     } else {
-        for (; b < end; b += 16 * BNR, a += AMX_MR * 16) {
+        for (int s = 0; b < end; b += 16 * BNR, a += AMX_MR * 16, s++) {
+            kime_next_panel_step(np, s);
             _tile_loadd(6, b, BNR * 4);
             _tile_loadd(7, b + 16, BNR * 4);
             _tile_loadd(4, a, 64);
@@ -424,7 +428,10 @@ static void brun_panels(const void *p, int tid, int owner, int m0, int mb, int p
             kime_prefetch_tile(c, j->e.ldc, m, n0, nv);
 #ifdef KB_AMX
             if (j->amx)
-                kernel_amx(m, (int)K2, ap + (size_t)i * K2, b, acc);
+                kernel_amx(m, (int)K2, ap + (size_t)i * K2, b, acc,
+                           kime_next_panel_part(q + 1 < p1 ? b + K2 * BNR : NULL,
+                                                (int)(K2 * BNR * 4 / 64), (mb + mr - 1) / mr,
+                                                (int)((K2 + 15) / 16), i / mr));
             else
 #endif
                 (i == 0 ? kernel_first : kernel)(m, (int)K2, ap + (size_t)i * K2, b, acc);
