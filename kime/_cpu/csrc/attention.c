@@ -46,6 +46,9 @@
 #include "bgemm.h"
 #include "kernels.h"
 #include "pool.h"
+#ifdef KIME_X86
+#include "sliver512.h" /* put16_strided: the AMX path's value lines */
+#endif
 
 /* Built with -ffp-contract=off (setup.py's CSRC_FLAGS): the plain C and NEON code rounds every
  * product as the x86-64 baseline does; and on aarch64 with -fno-schedule-insns, since GCC's
@@ -481,8 +484,8 @@ static size_t thread_floats(int hd)
 }
 
 /* kv_task's words per thread: the pair's two rotated key rows; kv_task_amx's, a head's two and
- * its values' pairs (3 hd) */
-#define KV_THREAD_WORDS(H, hd) ((size_t)2 * (H) * (hd) + (size_t)(hd))
+ * 16 pairs' values (18 hd) */
+#define KV_THREAD_WORDS(H, hd) ((size_t)2 * (H) * (hd) + (size_t)16 * (hd))
 
 size_t kime_attention_scratch_floats(int precision, int tokens, int heads, int hd, int nthreads)
 {
@@ -926,17 +929,40 @@ static void kv_task(void *ctx, int task, int tid)
 }
 
 #ifdef KIME_ATTN_AMX
+/* vp's first np rows of hd words (np <= 16, hd a multiple of 16) as the column [0, np) of hd
+ * lines of vt, n2 words apart: vt[d * n2 + y] = vp[y * hd + d], 16 x 16 words at a time (a
+ * word at a time, the stores at a stride took about a ninth of an AMX attention call). */
+__attribute__((target("avx512f"))) static void vt_put(const uint32_t *vp, int np, int hd,
+                                                      uint32_t *vt, int n2)
+{
+    for (int d0 = 0; d0 < hd; d0 += 16) {
+        __m512i rows[16];
+        for (int i = 0; i < 16; i++)
+            rows[i] = i < np ? _mm512_loadu_si512(vp + (size_t)i * hd + d0) : _mm512_setzero_si512();
+        put16_strided(rows, np, 16, vt + (size_t)d0 * n2, (size_t)n2);
+    }
+}
+
 /* One row's keys and values of one head into k2 (as kv_task) and the head's lines of vt (first:
- * the pair rows before row r). */
+ * the pair rows before row r), 16 pairs' values at a time. */
 static void kv_head_amx(const attend_job *j, int r, int h, int64_t first, int tid)
 {
     const int32_t *cu = j->cu;
     const int H = j->H, hd = j->hd, hd2 = hd / 2, n2 = row_pairs(cu, r);
     float *kr = j->kr + (size_t)tid * KV_THREAD_WORDS(H, hd); /* RoPE: the keys, rotated */
-    uint32_t *vp = (uint32_t *)kr + 2 * hd;                  /* a pair's values */
+    uint32_t *vs = (uint32_t *)kr + 2 * hd;                  /* 16 pairs' values, [16][hd] */
     uint32_t *vt = j->v2 + ((size_t)first * H + (size_t)h * n2) * hd;
     for (int y = 0; y < n2; y++) {
+        uint32_t *vp = vs + (size_t)(y % 16) * hd; /* this pair's values */
         const int t0 = cu[r] + 2 * y, t1 = t0 + 1 < cu[r + 1] ? t0 + 1 : -1;
+        /* this head's keys and values KV_AHEAD pairs on: a token's are 3 H hd floats past the
+         * last one's, a stride no hardware prefetcher follows */
+        for (int t = t0 + 2 * KV_AHEAD; t < t0 + 2 * KV_AHEAD + 2 && t < cu[r + 1]; t++)
+            for (int f = 0; f < hd; f += 16) {
+                const float *x = j->qkv + (ptrdiff_t)t * j->ld + (size_t)(H + h) * hd + f;
+                __builtin_prefetch(x, 0, 3);
+                __builtin_prefetch(x + (size_t)H * hd, 0, 3);
+            }
         const float *x0 = j->qkv + (ptrdiff_t)t0 * j->ld, *x1 = x0 + j->ld;
         const float *kx0 = x0 + (size_t)(H + h) * hd;
         const float *kx1 = t1 < 0 ? NULL : x1 + (size_t)(H + h) * hd;
@@ -951,8 +977,8 @@ static void kv_head_amx(const attend_job *j, int r, int h, int64_t first, int ti
         j->bf16->kv_pair(kx0, kx1, x0 + (size_t)(2 * H + h) * hd,
                          t1 < 0 ? NULL : x1 + (size_t)(2 * H + h) * hd, 1, hd, k0,
                          k0 + (size_t)H * hd2, vp);
-        for (int d = 0; d < hd; d++)
-            vt[(size_t)d * n2 + y] = vp[d];
+        if (y % 16 == 15 || y == n2 - 1)
+            vt_put(vs, y % 16 + 1, hd, vt + (y - y % 16), n2);
     }
 }
 

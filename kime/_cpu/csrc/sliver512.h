@@ -16,9 +16,11 @@
 #define TS512 __attribute__((target("avx512f")))
 
 /* r[i] holds units [g0, g0 + 16) of row i (i < 16; rows past the tile's hold its padding).
- * Stores dst[g * mr + i] = r[i][g] for g < ng and i < mr (mr <= 16). */
-TS512 static inline __attribute__((always_inline)) void sliver_put16(const __m512i r[16], int mr,
-                                                                    int ng, uint32_t *dst)
+ * Stores dst[g * ld + i] = r[i][g] for g < ng and i < mr (mr <= 16): the 16 x 16 transpose,
+ * each unit's mr words at once. */
+TS512 static inline __attribute__((always_inline)) void put16_strided(const __m512i r[16], int mr,
+                                                                     int ng, uint32_t *dst,
+                                                                     size_t ld)
 {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) { /* pairs of rows, per 128-bit lane */
@@ -43,8 +45,15 @@ TS512 static inline __attribute__((always_inline)) void sliver_put16(const __m51
                                 _mm512_shuffle_i32x4(v1, v3, 0xdd)};
         for (int L = 0; L < 4; L++)
             if (4 * L + c < ng)
-                _mm512_mask_storeu_epi32(dst + (size_t)(4 * L + c) * mr, rows, out[L]);
+                _mm512_mask_storeu_epi32(dst + (size_t)(4 * L + c) * ld, rows, out[L]);
     }
+}
+
+/* put16_strided into a sliver: dst[g * mr + i] = r[i][g] */
+TS512 static inline __attribute__((always_inline)) void sliver_put16(const __m512i r[16], int mr,
+                                                                    int ng, uint32_t *dst)
+{
+    put16_strided(r, mr, ng, dst, (size_t)mr);
 }
 
 #endif
