@@ -88,7 +88,8 @@ static inline void kime_fetch_ahead(const void *b, int lines)
  * panel from L2 and leave the memory system idle): tile t (1 <= t < tiles) of a panel asks,
  * every K step of its `steps`, for up to `per` lines of the next panel's `lines`, so the later
  * tiles between them ask for all of it once. The BF16 AMX kernel does (bgemm.c): base W1 BF16
- * on one thread took 0.82 of its time, beside a spinning process 0.88, on two threads 0.99. The
+ * on one thread took 0.82-0.83 of its time; on two threads, which share the VM's memory
+ * bandwidth, 0.98-1.04 (no change); beside a spinning process 0.88 and 1.09 in two runs. The
  * INT8 one does not: 0.92 on one thread, but 1.05 on two and 1.06 beside the spinner. */
 typedef struct {
     const char *first; /* tile t's first line; NULL: none */
