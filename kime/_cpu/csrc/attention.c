@@ -931,14 +931,16 @@ static void kv_task(void *ctx, int task, int tid)
 #ifdef KIME_ATTN_AMX
 /* vp's first np rows of hd words (np <= 16, hd a multiple of 16) as the column [0, np) of hd
  * lines of vt, n2 words apart: vt[d * n2 + y] = vp[y * hd + d], 16 x 16 words at a time (a
- * word at a time, the stores at a stride took about a ninth of an AMX attention call). */
+ * word at a time at that stride, this step took 3.5% of a 182-token AMX attention call in
+ * perf; now 2.3%). */
 __attribute__((target("avx512f"))) static void vt_put(const uint32_t *vp, int np, int hd,
                                                       uint32_t *vt, int n2)
 {
     for (int d0 = 0; d0 < hd; d0 += 16) {
         __m512i rows[16];
         for (int i = 0; i < 16; i++)
-            rows[i] = i < np ? _mm512_loadu_si512(vp + (size_t)i * hd + d0) : _mm512_setzero_si512();
+            rows[i] = i < np ? _mm512_loadu_si512(vp + (size_t)i * hd + d0)
+                             : _mm512_setzero_si512();
         put16_strided(rows, np, 16, vt + (size_t)d0 * n2, (size_t)n2);
     }
 }

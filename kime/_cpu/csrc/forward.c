@@ -142,11 +142,11 @@ static void norm_row_neon(const float *x, float *y, int d, const float *w,
 #endif
 
 #ifdef KIME_X86
-/* norm_row in AVX-512, to the bit (norm_rows512): the eight double partial sums are the eight lanes of one
- * vector (lane k takes x[i + k], as part_s[k] does), and every other step is the same IEEE
- * operation on the same values, in the same order. GCC would contract (v * w) + b into one FMA
- * (a single rounding, other bits), so this file is compiled without contraction (setup.py's
- * CSRC_FLAGS), as the x86-64 baseline norm_row is built for has none.
+/* norm_row in AVX-512, to the bit (norm_rows512): the eight double partial sums are the eight
+ * lanes of one vector (lane k takes x[i + k], as part_s[k] does), and every other step is the
+ * same IEEE operation on the same values, in the same order. GCC would contract (v * w) + b
+ * into one FMA (a single rounding, other bits), so this file is compiled without contraction
+ * (setup.py's CSRC_FLAGS), as the x86-64 baseline norm_row is built for has none.
  *
  * A row's two sums are each one chain of dependent double adds (d / 8 of them, 4 cycles each),
  * so norm_rows512 runs NORM_ROWS rows' chains side by side: each row still adds its own values

@@ -1,4 +1,5 @@
-/* A tile of A rows into a kernel's K-major sliver with AVX-512 (gemm.c, bgemm.c, qgemm.c).
+/* A tile of A rows into a kernel's K-major sliver with AVX-512 (gemm.c, bgemm.c, qgemm.c;
+ * attention.c's AMX value lines use its strided transpose).
  *
  * Every x86 GEMM kernel here reads A as a sliver: for each 32-bit unit g along K (a float, a
  * bfloat16 pair, four int8), the tile's mr rows side by side, dst[g * mr + i]. Gathering that
