@@ -150,7 +150,8 @@ static void norm_row_neon(const float *x, float *y, int d, const float *w,
  *
  * A row's two sums are each one chain of dependent double adds (d / 8 of them, 4 cycles each),
  * so norm_rows512 runs NORM_ROWS rows' chains side by side: each row still adds its own values
- * in its own order (the same bits alone or beside others), at about a third of the time. */
+ * in its own order (the same bits alone or beside others): 182 x 768 took 0.69-0.74 of the
+ * time. */
 #define NORM_ROWS 4
 
 /* lanes summed in part_s's order, then the tail past the last whole vector */
