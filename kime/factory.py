@@ -222,6 +222,14 @@ def backend_report() -> dict[str, dict[str, object]]:
     return {"cpu": cpu, "gpu": gpu, "caches": cache_report()}
 
 
+def prune_packed_cache() -> dict[str, object]:
+    """For `kime doctor --prune`: delete the packed-weight cache's files this build never reads
+    (other builds' blobs, packings cut short), as `kime._cpu.weights.prune_cache` says."""
+    from ._cpu.weights import prune_cache
+
+    return prune_cache()
+
+
 def self_check_report() -> dict[str, object]:
     """The CUDA self-check for `kime doctor`: whether loads run it (KIME_CUDA_SELFCHECK), and
     the newest verdict kept on this machine in one line (None: no GPU load has kept one)."""

@@ -21,9 +21,10 @@ import functools
 import hashlib
 import logging
 import os
+import stat
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -125,40 +126,74 @@ STALE_TMP_SECONDS = 3600
 """A temporary file of a packing older than this was cut short: no packing takes an hour."""
 
 
-def cache_report() -> Dict[str, object]:
-    """The packed-weight cache for `kime doctor`: its directory, the blobs in it (count and
-    bytes), and what this build never reads there: blobs another build of kime packed (their
-    key names another layout digest, so an upgrade leaves its predecessor's behind) and the
-    temporary files of packings cut short. Those can be deleted; nothing here deletes them,
-    since another kime installed beside this one may still map its own."""
+def _unused(directory: str) -> Iterator[Tuple[str, int, bool, bool]]:
+    """Each file of the packed-weight cache at `directory` as (path, bytes, is a blob, unused):
+    unused if this build never reads it: a blob another build of kime packed (its key names
+    another layout digest, so an upgrade leaves its predecessor's behind), or the temporary
+    file of a packing cut short an hour ago or more (a packing in progress is not)."""
     from . import _forward
 
-    directory = cache_dir()
     mine = "-src%s.kpack" % layout_digest(_forward.source_digest())
-    blobs = other = 0
-    blob_bytes = other_bytes = 0
     now = time.time()
     try:
         entries = list(os.scandir(directory))
     except OSError:
-        entries = []
+        return
     for entry in entries:
         try:
-            st = entry.stat()
+            st = entry.stat(follow_symlinks=False)
         except OSError:  # deleted while we looked
             continue
+        if not stat.S_ISREG(st.st_mode):  # nothing kime writes
+            continue
         if entry.name.endswith(".kpack"):
-            blobs += 1
-            blob_bytes += st.st_size
-            stale = not entry.name.endswith(mine)
+            yield entry.path, st.st_size, True, not entry.name.endswith(mine)
         else:
-            stale = (entry.name.startswith(".pack-") and entry.name.endswith(".tmp")
-                     and now - st.st_mtime > STALE_TMP_SECONDS)
-        if stale:
+            yield entry.path, st.st_size, False, (
+                entry.name.startswith(".pack-") and entry.name.endswith(".tmp")
+                and now - st.st_mtime > STALE_TMP_SECONDS)
+
+
+def cache_report() -> Dict[str, object]:
+    """The packed-weight cache for `kime doctor`: its directory, the blobs in it (count and
+    bytes), and the files this build never reads (`_unused`): `prune_cache` deletes those on
+    request; nothing else does, since another kime installed beside this one may still use its
+    own."""
+    directory = cache_dir()
+    blobs = other = 0
+    blob_bytes = other_bytes = 0
+    for _, size, blob, unused in _unused(directory):
+        if blob:
+            blobs += 1
+            blob_bytes += size
+        if unused:
             other += 1
-            other_bytes += st.st_size
+            other_bytes += size
     return {"packed": directory, "packed_blobs": blobs, "packed_bytes": blob_bytes,
             "packed_unused": other, "packed_unused_bytes": other_bytes}
+
+
+def prune_cache() -> Dict[str, object]:
+    """Delete the files of the packed-weight cache this build never reads (`cache_report`'s
+    `packed_unused`), and say what went: `pruned` and `pruned_bytes`, and `prune_errors`, one
+    "path: reason" per file that could not be deleted (the others still go). A process that
+    maps a deleted blob keeps its mapping (POSIX keeps the data until it unmaps); another kime
+    build that wanted the blob packs it again at its next load."""
+    pruned = pruned_bytes = 0
+    errors: List[str] = []
+    for path, size, _, unused in _unused(cache_dir()):
+        if not unused:
+            continue
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # another prune, or the packing it belonged to, got there
+            continue
+        except OSError as e:
+            errors.append("%s: %s" % (path, e.strerror or e))
+            continue
+        pruned += 1
+        pruned_bytes += size
+    return {"pruned": pruned, "pruned_bytes": pruned_bytes, "prune_errors": errors}
 
 
 def _entries(ck: Checkpoint, pack: Callable[..., np.ndarray],

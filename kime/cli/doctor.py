@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from .._version import __version__
 from .convert import size_text
+from .exits import EXIT_OTHER
 
 PACKAGES = ("numpy", "tokenizers", "safetensors", "huggingface_hub", "threadpoolctl")
 """The runtime dependencies whose versions the report lists."""
@@ -32,12 +33,15 @@ def _version(package: str) -> Optional[str]:
             return None
 
 
-def doctor_report() -> Dict[str, Any]:
+def doctor_report(prune: bool = False) -> Dict[str, Any]:
     """The report `kime doctor --json` prints: kime, python, platform, packages, cpu, gpu,
-    caches. Never raises for a broken build or a missing GPU; it says so instead."""
+    caches. Never raises for a broken build or a missing GPU; it says so instead. With `prune`,
+    the packed-weight cache's files this build never reads are deleted first, and `caches`
+    says what went (`pruned`, `pruned_bytes`, `prune_errors`) and what is left."""
     from ..cpus import cpu_budget
-    from ..factory import backend_report
+    from ..factory import backend_report, prune_packed_cache
 
+    pruned = prune_packed_cache() if prune else {}
     found = backend_report()
     report: Dict[str, Any] = {
         "kime": __version__,
@@ -67,6 +71,7 @@ def doctor_report() -> Dict[str, Any]:
     report["gpu"] = gpu
     offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0")
     caches: Dict[str, Any] = dict(found["caches"], hf_hub=None, hf_hub_offline=offline)
+    caches.update(pruned)
     try:
         from huggingface_hub import constants
 
@@ -108,12 +113,17 @@ def _cache_line(caches: Dict[str, Any]) -> str:
     line = "%s (%d blob%s, %s)" % (caches["packed"], caches["packed_blobs"],
                                    "" if caches["packed_blobs"] == 1 else "s",
                                    size_text(caches["packed_bytes"]))
+    if "pruned" in caches:
+        line += "; pruned %s, %s" % (_files(caches["pruned"]), size_text(caches["pruned_bytes"]))
     if caches["packed_unused"]:
-        line += ("; %d file%s, %s, from other kime builds or cut-short packings, which this "
-                 "build never reads" % (caches["packed_unused"],
-                                        "" if caches["packed_unused"] == 1 else "s",
-                                        size_text(caches["packed_unused_bytes"])))
+        line += ("; %s, %s, from other kime builds or cut-short packings, which this build "
+                 "never reads (`kime doctor --prune` deletes them)"
+                 % (_files(caches["packed_unused"]), size_text(caches["packed_unused_bytes"])))
     return line
+
+
+def _files(count: int) -> str:
+    return "%d file%s" % (count, "" if count == 1 else "s")
 
 
 def _pool_line(cpu: Dict[str, Any]) -> str:
@@ -180,16 +190,19 @@ def _self_check_line(check: Dict[str, Any]) -> str:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    report = doctor_report()
+    report = doctor_report(prune=args.prune)
+    errors = report["caches"].get("prune_errors") or []
     if args.json:
         json.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return 0
+        return EXIT_OTHER if errors else 0
+    for error in errors:
+        print("kime doctor: could not delete %s" % error, file=sys.stderr)
     lines = _lines(report)
     width = max(len(key) for key, _ in lines) + 1
     for key, value in lines:
         print("%-*s  %s" % (width, key + ":", value))
-    return 0
+    return EXIT_OTHER if errors else 0
 
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -200,6 +213,10 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                          "BF16 kernels they run, Linux's huge pages, the thread pool, the "
                          "default thread count, CuPy and GPUs if present, the CuPy wheel that "
                          "fits the NVIDIA driver, and the cache directories, with what of the "
-                         "packed-weight cache this build never reads.")
+                         "packed-weight cache this build never reads (--prune deletes it).")
     doc.add_argument("--json", action="store_true", help="print the report as JSON")
+    doc.add_argument("--prune", action="store_true",
+                     help="first delete the packed-weight cache's files this build never reads "
+                     "(blobs other kime builds packed, packings cut short an hour ago or more); "
+                     "exits 1 if one could not be deleted")
     doc.set_defaults(run=_doctor)

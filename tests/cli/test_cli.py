@@ -117,6 +117,51 @@ def test_doctor_counts_what_the_packed_cache_holds_for_no_one(capsys, monkeypatc
     assert "(2 blobs, 3.4 KiB); 2 files, 2.7 KiB, from other kime builds" in line
 
 
+def test_doctor_prune_deletes_only_what_this_build_never_reads(capsys, monkeypatch, tmp_path):
+    """`kime doctor --prune` deletes other builds' blobs and packings cut short, keeps this
+    build's blob (the next convert finds it) and a packing in progress, and a mapping of a
+    deleted blob still reads, as another process's would."""
+    import mmap
+    import shutil
+    import time
+
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    monkeypatch.delenv("KIME_CPU_BACKEND", raising=False)
+    code, out, err = run(capsys, "convert", str(TINY), "--threads", "1")
+    assert code == 0, err
+    [cache_line] = [line for line in out.splitlines() if line.startswith("cache:")]
+    mine = Path(cache_line.split(":", 1)[1].strip())
+    packed = mine.parent
+    other = packed / (mine.name.rsplit("-src", 1)[0] + "-src0123456789abcdef.kpack")
+    shutil.copyfile(mine, other)
+    live, dead = packed / ".pack-live.tmp", packed / ".pack-dead.tmp"
+    live.write_bytes(b"x" * 40)
+    dead.write_bytes(b"y" * 300)
+    two_hours_ago = time.time() - 7200
+    os.utime(dead, (two_hours_ago, two_hours_ago))
+    other_bytes = other.stat().st_size
+    with open(other, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        code, out, _ = run(capsys, "doctor", "--prune", "--json")
+        caches = json.loads(out)["caches"]
+        assert code == 0
+        assert (caches["pruned"], caches["pruned_bytes"]) == (2, other_bytes + 300)
+        assert caches["prune_errors"] == []
+        assert not other.exists() and not dead.exists()
+        assert mine.is_file() and live.is_file()
+        assert (caches["packed_blobs"], caches["packed_unused"]) == (1, 0)
+        assert mapped[:] == mine.read_bytes()
+    finally:
+        mapped.close()
+
+    code, out, err = run(capsys, "convert", str(TINY), "--threads", "1")
+    assert code == 0 and "status: already cached" in out, err
+    code, out, _ = run(capsys, "doctor", "--prune")
+    line = next(x for x in out.splitlines() if x.startswith("packed-weight cache:"))
+    assert code == 0 and "pruned 0 files, 0 bytes" in line and "never reads" not in line
+
+
 def test_doctor_honours_kime_isa(capsys, monkeypatch):
     monkeypatch.setenv("KIME_ISA", "portable")
     code, out, _ = run(capsys, "doctor", "--json")
