@@ -21,6 +21,9 @@ typedef struct {
     /* Run panels [p0, p1) over rows [m0, m0 + mb) of thread `owner`'s A block, with thread
      * tid's accumulator tile. */
     void (*run)(const void *job, int tid, int owner, int m0, int mb, int p0, int p1);
+    /* optional: a short request's block rows, where they differ from mc (0: mc); thread 0's
+     * A block holds them */
+    int mc_short;
 } kime_gemm_plan;
 
 typedef struct {
@@ -154,8 +157,9 @@ static inline void kime_gemm_drive(const kime_gemm_plan *p, int nthreads)
         kime_parallel(nthreads, (p->M + s.chunk - 1) / s.chunk, kime_gemm_chunk_task, &s);
         return;
     }
-    for (s.m0 = 0; s.m0 < p->M; s.m0 += p->mc) {
-        s.mb = p->M - s.m0 < p->mc ? p->M - s.m0 : p->mc;
+    const int mc = p->mc_short > 0 ? p->mc_short : p->mc;
+    for (s.m0 = 0; s.m0 < p->M; s.m0 += mc) {
+        s.mb = p->M - s.m0 < mc ? p->M - s.m0 : mc;
         kime_parallel(nthreads, (s.mb + p->mr - 1) / p->mr, kime_gemm_pack_task, &s);
         kime_parallel(nthreads, p->npanels, kime_gemm_panel_task, &s);
     }
