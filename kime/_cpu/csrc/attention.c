@@ -115,6 +115,23 @@ static void rope_head(const float *x, float *y, int hd, const float *c, const fl
         rope_pair(xa[i], xb[i], c[i], s[i], ya + i, yb + i);
 }
 #ifdef KIME_X86
+/* rope_pair's arithmetic on 8 lanes, the rest one at a time. The BF16 path rotates every key
+ * and query here: the portable loop took 1.6% of W3 INT8's samples on Zen 3. */
+__attribute__((target("avx2"))) static void rope_head_256(const float *x, float *y, int hd,
+                                                          const float *c, const float *s)
+{
+    const int half = hd / 2;
+    int i = 0;
+    for (; i + 8 <= half; i += 8) {
+        const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + half + i);
+        const __m256 vc = _mm256_loadu_ps(c + i), vs = _mm256_loadu_ps(s + i);
+        _mm256_storeu_ps(y + i, _mm256_sub_ps(_mm256_mul_ps(a, vc), _mm256_mul_ps(b, vs)));
+        _mm256_storeu_ps(y + half + i, _mm256_add_ps(_mm256_mul_ps(b, vc), _mm256_mul_ps(a, vs)));
+    }
+    for (; i < half; i++)
+        rope_pair(x[i], x[half + i], c[i], s[i], y + i, y + half + i);
+}
+
 /* rope_pair's arithmetic on 16 lanes (a product and a difference or sum, each rounded once) */
 __attribute__((target("avx512f"))) static void rope_head_512(const float *x, float *y, int hd,
                                                              const float *c, const float *s)
@@ -1105,6 +1122,8 @@ static void attend_rows(int precision, const float *q, ptrdiff_t ldq, const int3
 #ifdef KIME_X86
         if (isa == KIME_ISA_AVX512)
             j.rope = rope_head_512;
+        else if (isa == KIME_ISA_AVX2)
+            j.rope = rope_head_256;
 #endif
         for (int r = 0; r < R; r++)
             j.total += row_pairs(cu, r);
