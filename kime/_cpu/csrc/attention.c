@@ -645,7 +645,7 @@ typedef struct {
     void (*kv_pair)(const float *kx0, const float *kx1, const float *vx0, const float *vx1, int H,
                     int hd, uint32_t *k0, uint32_t *k1, uint32_t *vp);
     void (*tile)(const uint32_t *a, ptrdiff_t ra, ptrdiff_t xa, int R, const uint32_t *b, int X,
-                 float *c, const float *alpha);
+                 float *c, const float *alpha, uint32_t *work);
 } bf16_ops;
 
 typedef struct {
@@ -673,6 +673,7 @@ typedef struct {
 typedef struct {
     float *qt, *ot, *s, *m, *l, *alpha;
     uint32_t *q2, *p2, *ql, *pl, *pad; /* ql, pl, pad: AMX's lo terms and padded values */
+    uint32_t *work;                    /* the tile's (bf16_work_words) */
     float *qr; /* the block's queries rotated (RoPE), [QB][hd] */
     const uint32_t *k2, *v2;
     int n2; /* AMX: the row's pair rows, vt's line length */
@@ -690,6 +691,7 @@ static item_scratch item_arrays(const attend_job *j, float *scr, const uint32_t 
     a.ql = a.p2 + (size_t)KB / 2 * QB;
     a.pl = a.ql + (size_t)(hd + 1) / 2 * QB;
     a.pad = a.pl + (size_t)KB / 2 * QB;
+    a.work = a.pad + (size_t)hd * 16;
     a.qr = scr + thread_floats(hd) - rope_block_floats(hd);
     a.n2 = (n + 1) / 2;
     a.k2 = k2 ? k2 + (size_t)h * ((hd + 1) / 2) : NULL;
@@ -738,7 +740,7 @@ static inline void block_scores(const attend_job *j, const float *k, int j0, int
     if (j->bf16) {
         const int hd2 = (j->hd + 1) / 2;
         j->bf16->tile(a->k2 + (size_t)j0 * j->H * hd2, (ptrdiff_t)j->H * hd2, 1, kn, a->q2, hd2,
-                      a->s, NULL);
+                      a->s, NULL, a->work);
     } else {
         j->tile(k + (ptrdiff_t)j0 * j->ld, j->ld, 1, kn, a->qt, j->hd, a->s, NULL);
     }
@@ -761,7 +763,7 @@ static inline void block_values(const attend_job *j, const float *v, int j0, int
         const ptrdiff_t row = (ptrdiff_t)j->H * j->hd; /* words of a pair row */
         j->bf16->lanes(a->s, kn, a->p2);
         j->bf16->tile(a->v2 + (size_t)(j0 / 2) * row, 1, row, j->hd, a->p2, (kn + 1) / 2, a->ot,
-                      a->alpha);
+                      a->alpha, a->work);
     } else {
         j->tile(v + (ptrdiff_t)j0 * j->ld, 1, j->ld, j->hd, a->s, kn, a->ot, a->alpha);
     }
