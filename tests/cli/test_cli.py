@@ -162,6 +162,40 @@ def test_doctor_prune_deletes_only_what_this_build_never_reads(capsys, monkeypat
     assert code == 0 and "pruned 0 files, 0 bytes" in line and "never reads" not in line
 
 
+def test_doctor_prune_reports_a_file_it_cannot_delete(capsys, monkeypatch, tmp_path):
+    """A stale file the system will not let go (an immutable one, `chattr +i`) is named on
+    stderr and in `prune_errors`, the run exits 1, and the other stale files still go."""
+    import shutil
+    import subprocess
+
+    if shutil.which("chattr") is None or os.geteuid() != 0:
+        pytest.skip("needs chattr and root to make a file undeletable")
+    monkeypatch.setenv("KIME_CACHE", str(tmp_path))
+    packed = tmp_path / "packed"
+    packed.mkdir()
+    stuck = packed / "abc-avx2-f32-src0123456789abcdef.kpack"
+    gone = packed / "abc-avx2-int8-src0123456789abcdef.kpack"
+    stuck.write_bytes(b"x" * 100)
+    gone.write_bytes(b"y" * 200)
+    if subprocess.run(["chattr", "+i", str(stuck)], capture_output=True).returncode != 0:
+        pytest.skip("this file system has no immutable flag")
+    try:
+        code, out, _ = run(capsys, "doctor", "--prune", "--json")
+        caches = json.loads(out)["caches"]
+        assert code == 1
+        assert (caches["pruned"], caches["pruned_bytes"]) == (1, 200)
+        [error] = caches["prune_errors"]
+        assert error.startswith(str(stuck) + ": ")
+        assert stuck.exists() and not gone.exists()
+        assert (caches["packed_unused"], caches["packed_unused_bytes"]) == (1, 100)
+        code, out, err = run(capsys, "doctor", "--prune")
+        assert code == 1 and "could not delete %s: " % stuck in err
+        line = next(x for x in out.splitlines() if x.startswith("packed-weight cache:"))
+        assert "pruned 0 files" in line and "1 file, 100 bytes" in line
+    finally:
+        subprocess.run(["chattr", "-i", str(stuck)], capture_output=True)
+
+
 def test_doctor_honours_kime_isa(capsys, monkeypatch):
     monkeypatch.setenv("KIME_ISA", "portable")
     code, out, _ = run(capsys, "doctor", "--json")
