@@ -67,7 +67,8 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     ap.add_argument("--shape", default="base", help="checkpoint shape (default base)")
     ap.add_argument("--precision", default="f32,int8,bf16",
                     help="kime's precisions, comma-separated (f32, int8, bf16, mixed: the "
-                         "checkpoint's `kime gate --mixed` choice); default f32,int8,bf16")
+                         "checkpoint's `kime gate --mixed` choice); default f32,int8,bf16; "
+                         "bf16 is skipped, with a note, where the CPU lacks it")
     ap.add_argument("--threads", type=int, default=0,
                     help="every engine's threads; 0 = every usable core (default)")
     ap.add_argument("--repeat", type=int, default=11, help="timed calls per engine and setting")
@@ -247,6 +248,12 @@ def _main(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         "peers": {"mode": args.peers}, "results": {}, "agreement": {}}
     problems: List[str] = []
     notes: List[str] = []
+    from kime._cpu.backend import bf16_missing
+
+    if "bf16" in args.precisions and bf16_missing():  # nor is there a BF16 peer to compare
+        args.precisions.remove("bf16")
+        notes.append("bf16 skipped: %s" % bf16_missing())
+        log(notes[-1])
     path = cached_checkpoint(args.shape, args.cache_dir, log=log)
     engines: List[Engine] = []
     agent = None
