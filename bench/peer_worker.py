@@ -27,6 +27,13 @@ stdout carries only replies. Requests (`op`):
 - `quantize_openvino` {onnx, out, workloads: [names]}: NNCF INT8 of the export (cached at
   `out`, OpenVINO IR), calibrated on every row of the named workloads, one row at a time.
 - `memory`: this process's RSS now and at its peak (`rss_kb`, `peak_kb`).
+- `matmul` {name, K, N, M, seed, dir, threads}: one ONNX MatMul of an [M, K] input by the
+  weights numpy's `default_rng(seed).standard_normal((N, K))` makes (the ones `bench.qgemm`
+  packs, transposed), written under `dir`, and its `quantize_dynamic` INT8 twin (QInt8 weights,
+  dynamic uint8 input: MLAS's u8s8 kernel); one session each with ONNXAgent's options, kept under
+  `name` with the [M, K] input `default_rng([seed, M])` makes (`bench.qgemm`'s A); replies the
+  INT8 graph's node types and each session's first 8 outputs of the input's first row (`head`).
+- `matmul_run` {name, precision: f32|int8}: one timed call of that MatMul; replies `seconds`.
 - `run` {engine: torch|onnx|onnx-int8|openvino|..., threads, workload, result}: one timed
   call; replies `seconds` and, when `result` is true, what the call returned.
 - `quit`.
@@ -233,6 +240,7 @@ class Worker:
         self.onnx_agent = None
         self.sessions = {}  # name (onnx, onnx-int8) -> threads -> session
         self.workloads = {}
+        self.matmuls = {}  # name -> ({f32, int8} -> session, input)
 
     def hello(self, req):
         return {"versions": _versions(), "cpu_count": os.cpu_count(), "pid": os.getpid()}
@@ -324,6 +332,40 @@ class Worker:
         gc.collect()
         return peer_openvino.quantize(req["onnx"], req["out"], rows)
 
+    def matmul(self, req):
+        import numpy as np
+        import onnx  # type: ignore[import-not-found]
+        from onnx import TensorProto, helper, numpy_helper  # type: ignore[import-not-found]
+
+        K, N, M = int(req["K"]), int(req["N"]), int(req["M"])
+        seed = int(req["seed"])
+        W = np.random.default_rng(seed).standard_normal((N, K), dtype=np.float32)
+        x = np.random.default_rng([seed, M]).standard_normal((M, K), dtype=np.float32)
+        os.makedirs(req["dir"], exist_ok=True)
+        src = os.path.join(req["dir"], "%s.onnx" % req["name"])
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], req["name"],
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["m", K])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["m", N])],
+            [numpy_helper.from_array(np.ascontiguousarray(W.T), "w")])
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+        out = src[:-len(".onnx")] + ".int8.onnx"
+        quantize_onnx(src, out)
+        threads = [int(req.get("threads") or 0)]
+        (f32,) = _ort_sessions(src, threads).values()
+        (int8,) = _ort_sessions(out, threads).values()
+        self.matmuls[req["name"]] = ({"f32": f32, "int8": int8}, x)
+        return {"nodes": [n.op_type for n in onnx.load(out).graph.node],
+                "head": {p: s.run(None, {"x": x[:1]})[0][0, :8].tolist()
+                         for p, s in (("f32", f32), ("int8", int8))}}
+
+    def matmul_run(self, req):
+        sessions, x = self.matmuls[req["name"]]
+        session = sessions[req["precision"]]
+        t0 = time.perf_counter()
+        session.run(None, {"x": x})
+        return {"seconds": time.perf_counter() - t0}
+
     def set_workloads(self, req):
         self.workloads.update(req["items"])
         return {"names": sorted(self.workloads)}
@@ -361,7 +403,7 @@ def serve():
            "export_onnx": worker.export_onnx, "load_onnx": worker.load_onnx,
            "quantize_onnx": worker.quantize_onnx, "load_openvino": worker.load_openvino,
            "quantize_openvino": worker.quantize_openvino, "workloads": worker.set_workloads,
-           "memory": worker.memory,
+           "memory": worker.memory, "matmul": worker.matmul, "matmul_run": worker.matmul_run,
            "run": worker.run}
     for line in sys.stdin:
         if not line.strip():

@@ -10,6 +10,16 @@ and epilogue: GEGLU for Wi) and kime_gemm (FP32, same epilogue) on the same data
 both with --threads threads. Prints effective GFLOP/s (2 M N K / time) at the median and p95
 time, and the ratio FP32 median time / INT8 median time (target: 3).
 
+With the peer interpreter (bench/peers.py: laya's, with onnxruntime), every shape also runs as
+one ONNX MatMul under ONNX Runtime in that side process, FP32 and `quantize_dynamic` INT8 (QInt8
+weights, dynamic uint8 input: MLAS's u8s8 kernel, what ORT's INT8 peer in `bench.table` runs),
+on weights from the same generator, with the same threads, timed inside the peer and interleaved
+with kime's calls. Its MatMul has no epilogue (kime's Wi adds GEGLU) and quantizes its input in
+its own node. With a peer every call waits --gap seconds first (0.02 by default), so that one
+engine's spinning threads have stopped before the other's call. `ort/kime` is ORT INT8's median
+time over kime INT8's (the first --impl's), per shape and as a geometric mean. `--peers none`
+leaves ONNX Runtime out.
+
 --impl times several INT8 kernel sets side by side (each forced through KIME_QGEMM, packed and
 run under it, interleaved with the others): a column each, and each one's ratio. "avxvnni" on a
 CPU without AVX-VNNI but with AVX512-VL + VNNI runs its EVEX twin, the same 256-bit kernel.
@@ -29,6 +39,8 @@ import time
 import numpy as np
 
 from kime._cpu import _gemm, _qgemm
+
+from . import peers as peerlib
 
 SHAPES = [
     ("base", "Wqkv", 768, 2304, False),
@@ -70,7 +82,42 @@ def main() -> None:
                     help="0 portable, 1 avx2, 2 avx512 (aarch64: 1 neon ... 4 bf16)")
     ap.add_argument("--impl", nargs="+", default=[None], choices=IMPLS,
                     help="INT8 kernel sets to compare (default: the one this CPU picks)")
+    ap.add_argument("--model", choices=["base", "large", "all"], default="all",
+                    help="which model's layers (default both)")
+    ap.add_argument("--peers", choices=["auto", "none"], default="auto",
+                    help="auto: ONNX Runtime's MatMul beside kime when the peer interpreter has it")
+    ap.add_argument("--peer-python", default=None,
+                    help="interpreter with onnxruntime (default: see bench/peers.py)")
+    ap.add_argument("--gap", type=float, default=None,
+                    help="idle seconds before each timed call (default 0.02 with a peer, else 0)")
+    ap.add_argument("--cache-dir", default=os.path.expanduser("~/.cache/kime/bench/qgemm"),
+                    help="where the peer writes its ONNX MatMuls")
     args = ap.parse_args()
+    peer = None
+    if args.peers == "auto":
+        python, why = peerlib.find_peer_python(args.peer_python)
+        if python is None:
+            print("peers: none (%s)" % why)
+        else:
+            peer = peerlib.PeerProcess(python)
+            v = peer.call("hello")["versions"]
+            if not v.get("onnxruntime"):
+                print("peers: none (no onnxruntime in %s)" % python)
+                peer.close()
+                peer = None
+            else:
+                print("peer: onnxruntime %s in %s, %d threads" % (v["onnxruntime"], python,
+                                                                 args.threads))
+    if args.gap is None:
+        args.gap = 0.02 if peer is not None else 0.0
+    try:
+        run(args, peer)
+    finally:
+        if peer is not None:
+            peer.close()
+
+
+def run(args: argparse.Namespace, peer: "peerlib.PeerProcess | None") -> None:
 
     isa = _gemm.isa_detect() if args.isa < 0 else args.isa
     impls = []
@@ -83,11 +130,14 @@ def main() -> None:
     print("%-6s %-8s %5s %5s %5s | %s%15s | %s"
           % ("model", "layer", "M", "K", "N",
              "".join("%15s | " % (name[:7] + " GF/s") for _, name in impls),
-             "fp32 GF/s", " ".join("%7s" % name[:7] for _, name in impls)))
-    rng = np.random.default_rng(0)
+             "fp32 GF/s", " ".join("%7s" % name[:7] for _, name in impls))
+          + (" | %15s | %15s | ort/kime" % ("ORT int8 GF/s", "ORT fp32 GF/s") if peer else ""))
     ratios: list[list[float]] = [[] for _ in impls]
-    for model, layer, K, N, geglu in SHAPES:
-        W = rng.standard_normal((N, K), dtype=np.float32)
+    ort_ratios: list[float] = []
+    for seed, (model, layer, K, N, geglu) in enumerate(SHAPES):
+        if args.model not in ("all", model):
+            continue
+        W = np.random.default_rng(seed).standard_normal((N, K), dtype=np.float32)
         qpacked = []
         for want, _ in impls:
             forced(want)
@@ -95,24 +145,37 @@ def main() -> None:
         fpacked = _gemm.pack(W, isa=isa, geglu=geglu)
         epilogue = "geglu" if geglu else "store"
         for M in args.tokens:
-            A = rng.standard_normal((M, K), dtype=np.float32)
+            A = np.random.default_rng([seed, M]).standard_normal((M, K), dtype=np.float32)
             qout = np.empty((M, N // 2 if geglu else N), np.float32)
             fout = np.empty_like(qout)
             q_t: list[list[float]] = [[] for _ in impls]
             f_t = []
+            o_t: dict[str, list[float]] = {"int8": [], "f32": []}
+            name = "%s-%s-%d" % (model, layer.replace(" ", "_"), M)
+            if peer is not None:
+                peer.call("matmul", name=name, K=K, N=N, M=M, seed=seed, dir=args.cache_dir,
+                          threads=args.threads)
             for i in range(args.repeat + 2):
                 for (want, _), packed, times in zip(impls, qpacked, q_t):
                     forced(want)
+                    time.sleep(args.gap)
                     t = time.perf_counter()
                     _qgemm.gemm(A, packed, N, K, epilogue=epilogue, out=qout,
                                 threads=args.threads, isa=isa)
                     if i >= 2:
                         times.append(time.perf_counter() - t)
+                time.sleep(args.gap)
                 t = time.perf_counter()
                 _gemm.gemm(A, fpacked, N, K, epilogue=epilogue, out=fout,
                            threads=args.threads, isa=isa)
                 if i >= 2:
                     f_t.append(time.perf_counter() - t)
+                if peer is not None:
+                    for precision, times in o_t.items():
+                        time.sleep(args.gap)
+                        s = peer.call("matmul_run", name=name, precision=precision)["seconds"]
+                        if i >= 2:
+                            times.append(s)
             flop = 2.0 * M * K * N / 1e9
             fm = statistics.median(f_t)
             cols = ""
@@ -120,12 +183,22 @@ def main() -> None:
                 qm = statistics.median(times)
                 ratio.append(fm / qm)
                 cols += "%7.1f (%5.1f) | " % (flop / qm, flop / p95(times))
-            print("%-6s %-8s %5d %5d %5d | %s%7.1f (%5.1f) | %s"
-                  % (model, layer, M, K, N, cols, flop / fm, flop / p95(f_t),
-                     " ".join("%7.2f" % r[-1] for r in ratios)))
+            line = ("%-6s %-8s %5d %5d %5d | %s%7.1f (%5.1f) | %s"
+                    % (model, layer, M, K, N, cols, flop / fm, flop / p95(f_t),
+                       " ".join("%7.2f" % r[-1] for r in ratios)))
+            if peer is not None:
+                om, fo = statistics.median(o_t["int8"]), statistics.median(o_t["f32"])
+                ort_ratios.append(om / statistics.median(q_t[0]))
+                line += " | %7.1f (%5.1f) | %7.1f (%5.1f) | %7.2f" % (
+                    flop / om, flop / p95(o_t["int8"]), flop / fo, flop / p95(o_t["f32"]),
+                    ort_ratios[-1])
+            print(line)
     print("geometric mean ratio (fp32 time / int8 time): %s"
           % ", ".join("%s %.2f" % (name, statistics.geometric_mean(r))
                       for (_, name), r in zip(impls, ratios)))
+    if ort_ratios:
+        print("geometric mean ort/kime (ORT INT8 median time / kime INT8 median time): %.2f"
+              % statistics.geometric_mean(ort_ratios))
 
 
 if __name__ == "__main__":
