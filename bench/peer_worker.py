@@ -33,7 +33,8 @@ stdout carries only replies. Requests (`op`):
   dynamic uint8 input: MLAS's u8s8 kernel); one session each with ONNXAgent's options, kept under
   `name` with the [M, K] input `default_rng([seed, M])` makes (`bench.qgemm`'s A); replies the
   INT8 graph's node types and each session's first 8 outputs of the input's first row (`head`).
-- `matmul_run` {name, precision: f32|int8}: one timed call of that MatMul; replies `seconds`.
+- `matmul_run` {name, precision: f32|int8, warm}: one timed call of that MatMul (after an
+  untimed one when `warm` is true); replies `seconds`.
 - `run` {engine: torch|onnx|onnx-int8|openvino|..., threads, workload, result}: one timed
   call; replies `seconds` and, when `result` is true, what the call returned.
 - `quit`.
@@ -362,6 +363,8 @@ class Worker:
     def matmul_run(self, req):
         sessions, x = self.matmuls[req["name"]]
         session = sessions[req["precision"]]
+        if req.get("warm"):  # an untimed call first: its threads wake for that one
+            session.run(None, {"x": x})
         t0 = time.perf_counter()
         session.run(None, {"x": x})
         return {"seconds": time.perf_counter() - t0}

@@ -16,9 +16,12 @@ weights, dynamic uint8 input: MLAS's u8s8 kernel, what ORT's INT8 peer in `bench
 on weights from the same generator, with the same threads, timed inside the peer and interleaved
 with kime's calls. Its MatMul has no epilogue (kime's Wi adds GEGLU) and quantizes its input in
 its own node. With a peer every call waits --gap seconds first (0.02 by default), so that one
-engine's spinning threads have stopped before the other's call. `ort/kime` is ORT INT8's median
-time over kime INT8's (the first --impl's), per shape and as a geometric mean. `--peers none`
-leaves ONNX Runtime out.
+engine's spinning threads have stopped before the other's call, then one untimed call (each
+engine's pool wakes for that one; the first 2-thread GEMM after a 0.5 s sleep took 0.4-0.6 ms
+more than the next ones on a 2-vCPU Zen 3). To compare the two kernels on a small shared VM,
+whose two-core speed moves between minutes, use --threads 1: neither engine has pool threads.
+`ort/kime` is ORT INT8's median time over kime INT8's (the first --impl's), per shape and as a
+geometric mean. `--peers none` leaves ONNX Runtime out.
 
 --impl times several INT8 kernel sets side by side (each forced through KIME_QGEMM, packed and
 run under it, interleaved with the others): a column each, and each one's ratio. "avxvnni" on a
@@ -158,13 +161,19 @@ def run(args: argparse.Namespace, peer: "peerlib.PeerProcess | None") -> None:
             for i in range(args.repeat + 2):
                 for (want, _), packed, times in zip(impls, qpacked, q_t):
                     forced(want)
-                    time.sleep(args.gap)
+                    if args.gap:
+                        time.sleep(args.gap)
+                        _qgemm.gemm(A, packed, N, K, epilogue=epilogue, out=qout,
+                                    threads=args.threads, isa=isa)  # wakes the pool
                     t = time.perf_counter()
                     _qgemm.gemm(A, packed, N, K, epilogue=epilogue, out=qout,
                                 threads=args.threads, isa=isa)
                     if i >= 2:
                         times.append(time.perf_counter() - t)
-                time.sleep(args.gap)
+                if args.gap:
+                    time.sleep(args.gap)
+                    _gemm.gemm(A, fpacked, N, K, epilogue=epilogue, out=fout,
+                               threads=args.threads, isa=isa)
                 t = time.perf_counter()
                 _gemm.gemm(A, fpacked, N, K, epilogue=epilogue, out=fout,
                            threads=args.threads, isa=isa)
@@ -173,7 +182,8 @@ def run(args: argparse.Namespace, peer: "peerlib.PeerProcess | None") -> None:
                 if peer is not None:
                     for precision, times in o_t.items():
                         time.sleep(args.gap)
-                        s = peer.call("matmul_run", name=name, precision=precision)["seconds"]
+                        s = peer.call("matmul_run", name=name, precision=precision,
+                                      warm=bool(args.gap))["seconds"]
                         if i >= 2:
                             times.append(s)
             flop = 2.0 * M * K * N / 1e9
