@@ -93,6 +93,39 @@ def test_int32_long_k(impl: int) -> None:
         assert np.array_equal(_qgemm.gemm_int32(A, packed, N, K, threads=threads), want)
 
 
+def test_int32_exact_at_the_int16_edge(impl: int) -> None:
+    """Rows and weights at the largest quantized values, where 16-bit partial sums can clip.
+
+    Every pair of groups holds four |q_a| that sum to 258 (127 * 258 = 32766, the most two
+    vpmaddubsw lanes may add in int16) or 259, alone and mixed in one tile, against weights of
+    +-127, so every lane is as large as it gets: the sums must be the int64 ones. A kernel on
+    unsigned activations (q + 128) clips these pairs in vpmaddubsw; one that added two groups'
+    lanes in int16 under a bound off by one would wrap the 259 rows (checked on a build with
+    such a kernel)."""
+    K, N = 256, 16
+    groups = K // 4
+    edge = np.tile(np.array([127, 2, 127, 2], np.float32), groups)  # 127 + 2 + 127 + 2 = 258
+
+    def over(row: np.ndarray, every: int) -> np.ndarray:
+        row = row.copy()
+        row[4 * np.arange(0, groups, every) + 1] = 3  # 259 in those pairs of groups
+        row[4 * np.arange(0, groups, every) + 3] = 3
+        return row
+
+    rows = [edge, over(edge, 2), over(edge, 16), -edge, edge, over(-edge, 32), edge, -edge,
+            over(edge, 64)]
+    A = np.stack(rows)  # tile 0: mixed; tile 1: 258 and -258 only; a short last tile
+    W = np.full((N, K), 127.0, np.float32)
+    W[N // 2:] = -127.0
+    W[3, 5::4] = 64.0  # one column not at the edge
+    want = reference.int8_sums(A, W)
+    assert np.abs(want).max() > 2**15  # far past int16 overall
+    packed = _qgemm.pack(W)
+    for threads in (1, 2):
+        got = _qgemm.gemm_int32(A, packed, N, K, threads=threads)
+        assert np.array_equal(got, want), threads
+
+
 def test_int32_short_request_shares_its_packing(impl: int) -> None:
     """Too few rows to split (a short request's): the threads split the panels and quantize
     the blocks of A together, one share each, meeting at a barrier per block. Several blocks
