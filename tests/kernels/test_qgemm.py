@@ -112,9 +112,9 @@ def test_int32_exact_at_the_int16_edge(impl: int) -> None:
         row[4 * np.arange(0, groups, every) + 3] = 3
         return row
 
-    rows = [edge, over(edge, 2), over(edge, 16), -edge, edge, over(-edge, 32), edge, -edge,
-            over(edge, 64)]
-    A = np.stack(rows)  # tile 0: mixed; tile 1: 258 and -258 only; a short last tile
+    rows = [edge, over(edge, 2), over(edge, 16), -edge, edge, -edge, edge, -edge,
+            over(-edge, 32), over(edge, 64)]
+    A = np.stack(rows)  # four rows mixing 258 and 259, four at 258 only, a short last tile
     W = np.full((N, K), 127.0, np.float32)
     W[N // 2:] = -127.0
     W[3, 5::4] = 64.0  # one column not at the edge
