@@ -104,9 +104,10 @@ class Precision(str, enum.Enum):
                             "'int8' (CPU), 'bf16' (CPU with AVX512_BF16) or 'mixed' (CPU, after "
                             "`kime gate --mixed`)" % (value,)) from None
 
-    def on(self, device: Device) -> "Precision":
+    def on(self, device: Device, cpu_bf16: bool = True) -> "Precision":
         """The precision this one means on a resolved device (`auto` becomes concrete); refuses
-        a precision the device has no kernels for."""
+        a precision the device has no kernels for. `cpu_bf16=False` (the CPU lacks BF16) keeps
+        'bf16' out of what the CPU's refusal of 'f16' suggests instead."""
         if device.is_auto:
             raise ValueError("resolve the device before the precision")
         if device.kind == "cuda":
@@ -117,7 +118,7 @@ class Precision(str, enum.Enum):
         if self is Precision.F16:
             raise Unsupported("precision='f16' runs on a GPU only: the CPU has no FP16 kernels "
                               "and would compute in FP32; use 'f32' (what 'auto' picks on the "
-                              "CPU), 'int8' or 'bf16'")
+                              "CPU)%s" % (", 'int8' or 'bf16'" if cpu_bf16 else " or 'int8'"))
         return Precision.F32 if self is Precision.AUTO else self
 
     def __str__(self) -> str:

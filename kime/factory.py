@@ -60,7 +60,8 @@ def check_options(device: Union[str, Device, Target, None],
 
         open_cupy(dev.ordinal)
         return Target(dev, prec)
-    prec = prec.on(dev)
+    # a refusal of 'f16' suggests 'bf16' only where it runs
+    prec = prec.on(dev, cpu_bf16=prec is not Precision.F16 or bf16_missing() is None)
     if prec is Precision.BF16:
         from ._cpu.backend import check_bf16
 

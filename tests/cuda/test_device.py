@@ -105,8 +105,10 @@ def test_cpu_never_asks_for_cupy(monkeypatch):
     _stand_in(monkeypatch, error=AssertionError("device='cpu' must not import CuPy"))
     assert factory.check_options("cpu", None, 1) == Target(CPU, Precision.F32)
     assert factory.check_options("cpu", "int8", 1) == Target(CPU, Precision.INT8)
-    with pytest.raises(kime.Unsupported, match="f16"):  # no FP16 kernels on the CPU
+    with pytest.raises(kime.Unsupported, match="f16") as refused:  # no FP16 kernels on the CPU
         factory.check_options("cpu", "f16", 1)
+    # what it suggests instead runs here: 'bf16' only on a CPU with BF16
+    assert ("'bf16'" in str(refused.value)) == (factory.bf16_missing() is None), refused.value
 
 
 def test_import_kime_does_not_import_cupy():
