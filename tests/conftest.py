@@ -25,6 +25,18 @@ def _packed_cache(tmp_path_factory: pytest.TempPathFactory):
         os.environ["KIME_CACHE"] = old
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_laya_cpu_amp():
+    """Laya's CPU autocast switch changes what `laya.load` computes in, so an ambient
+    `LAYA_CPU_AMP` never reaches the tests; the tests of it set it themselves."""
+    import os
+
+    old = os.environ.pop("LAYA_CPU_AMP", None)
+    yield
+    if old is not None:
+        os.environ["LAYA_CPU_AMP"] = old
+
+
 @pytest.fixture(scope="session")
 def tiny_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_checkpoint(tmp_path_factory.mktemp("ck") / "tiny", shape="tiny", seed=1,

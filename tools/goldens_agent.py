@@ -6,10 +6,11 @@ the oracle environment (the real laya + torch), like `tools/make_goldens.py`:
 
     .oracle/bin/python tools/goldens_agent.py
 
-Each case: {"id", "checkpoint", "about", "load" (kwargs for laya.load besides the path),
-"setup" (a name in tests/laya_agent_hooks.py, or null), "call" ("predict" | "predict_batch" |
-"predict_long" | "attributes"), "args", "result", "log" (what the hooks saw), "error" (null or
-{"type", "message"}), "warnings"}. The checkpoint's directory is written `<ckpt>` in messages,
+Each case: {"id", "checkpoint", "about", "load" (kwargs for laya.load besides the path; its
+"__env__" holds environment variables set for the load), "setup" (a name in
+tests/laya_agent_hooks.py, or null), "call" ("predict" | "predict_batch" | "predict_long" |
+"attributes"), "args", "result", "log" (what the hooks saw), "error" (null or {"type",
+"message"}), "warnings"}. The checkpoint's directory is written `<ckpt>` in messages,
 so the file does not depend on where the repository lives. Non-string dict keys use
 make_goldens' `{"__items__": ...}` encoding.
 """
@@ -193,6 +194,16 @@ def cases() -> List[Dict[str, Any]]:
              {"device": "cpu", "__path__": "./no/such/checkpoint"}),
         case("device_mps_falls_back", T, "device='mps' is not here: a warning, the CPU answers",
              "attributes", {"device": "mps"}),
+        # ---- Laya's CPU autocast switch (LAYA_CPU_AMP, read at load) ----------------------
+        case("cpu_amp_bf16", T, "LAYA_CPU_AMP=bf16: the CPU forward autocasts to bfloat16",
+             "attributes", {"device": "cpu", "__env__": {"LAYA_CPU_AMP": "bf16"}}),
+        case("cpu_amp_bfloat16_any_case", T, "LAYA_CPU_AMP=BFloat16: read in any case",
+             "attributes", {"device": "cpu", "__env__": {"LAYA_CPU_AMP": "BFloat16"}}),
+        case("cpu_amp_fp16_ignored", T, "LAYA_CPU_AMP=fp16: no fp16 on the CPU, ignored",
+             "attributes", {"device": "cpu", "__env__": {"LAYA_CPU_AMP": "fp16"}}),
+        case("cpu_amp_after_mps_fallback", T, "device='mps' falls back to the CPU, where "
+             "LAYA_CPU_AMP=bf16 still applies", "attributes",
+             {"device": "mps", "__env__": {"LAYA_CPU_AMP": "bf16"}}),
     ]
     return out
 
@@ -207,6 +218,8 @@ def attributes(agent: Any) -> Dict[str, Any]:
         "last_fallback_reason": agent.last_fallback_reason, "device": str(agent.device),
         "device_type": agent.device.type, "hooks_raise": agent.hooks_raise,
         "hooks_concurrent": agent.hooks_concurrent, "hooks_timeout": agent.hooks_timeout,
+        "dtype": str(agent.dtype), "amp_enabled": agent.amp_enabled,
+        "dtype_for_1": str(agent.dtype_for(1)),
     }
 
 
@@ -214,6 +227,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     log: List[str] = []
     load_kw = dict(spec["load"])
     path = load_kw.pop("__path__", None) or str(CKPT[spec["checkpoint"]])
+    env = load_kw.pop("__env__", {})  # set for the load only
     call_kw: Dict[str, Any] = {}
     if spec["setup"]:
         extra_load, call_kw = hooks_lib.SETUPS[spec["setup"]](log)
@@ -224,6 +238,8 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result = error = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
         try:
             agent = laya.load(path, **load_kw)
             if spec["call"] == "attributes":
@@ -237,6 +253,12 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
                 result = agent.predict_long(args.pop("state"), args.pop("questions"), **args)
         except Exception as exc:  # recorded: kime must raise the same
             error = {"type": type(exc).__name__, "message": str(exc)}
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     here = str(CKPT[spec["checkpoint"]])
 
     def clean(text: str) -> str:
@@ -253,6 +275,7 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
 def main() -> int:
     os.environ.pop("LAYA_SHA256_DIGESTS", None)
     os.environ.pop("LAYA_REVISION", None)
+    os.environ.pop("LAYA_CPU_AMP", None)
     recorded = [run(spec) for spec in cases()]
     data = {"laya_version": laya.__version__, "cases": recorded}
     OUT.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

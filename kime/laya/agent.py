@@ -24,7 +24,7 @@ from ..render import State
 from .calibration import Calibration
 from .call import agent_call
 from .confidence import MinConfidence
-from .device import TorchLikeDevice, choose
+from .device import TorchLikeDevice, TorchLikeDtype, choose
 from .decider import Answers
 from .driver import Step, run, run_async
 from .hooks import (HookArg, HookRegistry, PredictHookArg, normalise_hooks, validate_timeout)
@@ -68,7 +68,8 @@ class Agent(HookRegistry, Answers):
     Attributes (Laya's): `model_id`, `model_id_or_path`, `subfolder`, `revision` (the commit a
     Hub checkpoint was loaded at), `cfg` (its `rl_agent_config.json`), `temperature`,
     `temperature_by_options`, `temperature_raw`, `lang_temperatures`, `binning_map` (assigning
-    them changes later answers, as in Laya), `device` (reads like a `torch.device`),
+    them changes later answers, as in Laya), `device` (reads like a `torch.device`), `dtype`
+    and `amp_enabled` (the precision it computes in, read like Laya's autocast dtype),
     `cpu_fallback_count` / `last_fallback_reason` (a GPU that could not run, so the CPU
     answers), `hooks`, `hooks_raise`, `hooks_concurrent`, `hooks_timeout`. `engine` is the
     `kime.Kime` underneath.
@@ -156,6 +157,23 @@ class Agent(HookRegistry, Answers):
     def device(self) -> TorchLikeDevice:
         """Where the model runs, as a `torch.device` reads: `str(agent.device)`, `.type`."""
         return self._device
+
+    @property
+    def dtype(self) -> TorchLikeDtype:
+        """The precision the model computes in, as Laya's autocast dtype reads:
+        `torch.bfloat16` for `bf16` (what `LAYA_CPU_AMP=bf16` asks for where the CPU has BF16),
+        `torch.float16` on a GPU in FP16, `torch.float32` otherwise."""
+        return TorchLikeDtype.of(self.engine.backend.precision)
+
+    @property
+    def amp_enabled(self) -> bool:
+        """Whether the model computes below FP32 in Laya's sense: BF16 or FP16."""
+        return self.dtype.name != "float32"
+
+    def dtype_for(self, rows: int) -> TorchLikeDtype:
+        """The precision a forward pass with `rows` question rows runs in (Laya's; on kime's
+        devices it does not depend on `rows`)."""
+        return self.dtype if self.amp_enabled else TorchLikeDtype("float32")
 
     @property
     def tok(self) -> LayaTokenizer:

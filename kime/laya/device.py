@@ -1,15 +1,18 @@
-"""Laya's device semantics at its surface: `agent.device` reads like a `torch.device`, and a
-device that cannot run here warns and falls back to the CPU, as `laya.load` does. The engine
-(`kime.Kime`) keeps refusing such a device, because its users asked never to be moved silently.
+"""Laya's device semantics at its surface: `agent.device` reads like a `torch.device` and
+`agent.dtype` like a `torch.dtype`, a device that cannot run here warns and falls back to the
+CPU, as `laya.load` does, and Laya's CPU autocast switch (`LAYA_CPU_AMP=bf16`) asks for kime's
+`bf16`. The engine (`kime.Kime`) keeps refusing such a device, because its users asked never to
+be moved silently, and reads no Laya environment.
 """
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from typing import Any, Optional, Tuple
 
-from ..backend import Device
+from ..backend import Device, Precision
 from ..errors import BadDeviceOrdinal, CudaUnavailable, warn_caller
-from ..factory import Target, check_options
+from ..factory import Target, bf16_missing, check_options
 
 CPU = Device("cpu")
 
@@ -51,6 +54,60 @@ class TorchLikeDevice:
         return hash((self.type, self.index))
 
 
+class TorchLikeDtype:
+    """`str()` and `repr()` as a `torch.dtype` gives them (`torch.float32`, `torch.bfloat16`,
+    `torch.float16`), with `.itemsize` and `.is_floating_point`; equal to another of its kind
+    with the same name, and hashable."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        self.name = name
+
+    @classmethod
+    def of(cls, precision: Precision) -> "TorchLikeDtype":
+        """The dtype Laya reports for a model computing in `precision`: its autocast dtype for
+        BF16 and FP16; FP32 otherwise (INT8 and mixed keep FP32 around their INT8 GEMMs)."""
+        return cls({Precision.BF16: "bfloat16", Precision.F16: "float16"}.get(precision,
+                                                                              "float32"))
+
+    @property
+    def itemsize(self) -> int:
+        return 4 if self.name == "float32" else 2
+
+    @property
+    def is_floating_point(self) -> bool:
+        return True
+
+    def __str__(self) -> str:
+        return "torch." + self.name
+
+    __repr__ = __str__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TorchLikeDtype) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+
+def laya_cpu_amp(target: Target, precision: Any) -> Target:
+    """The CPU target under Laya's `LAYA_CPU_AMP=bf16|bfloat16` when the caller named no
+    precision: kime's `bf16`, which moves answers no further than Laya's autocast does
+    (docs/precision.md). Where the CPU has no BF16 kernels for kime, a warning says so and FP32
+    answers (Laya's autocast runs there, slower than its FP32)."""
+    amp = os.environ.get("LAYA_CPU_AMP", "").strip().lower()
+    if amp not in ("bf16", "bfloat16") or target.device.kind != "cpu" or \
+            Precision.parse(precision) is not Precision.AUTO:
+        return target
+    missing = bf16_missing()
+    if missing is not None:
+        warn_caller("LAYA_CPU_AMP=%s: kime has no BF16 kernels on this CPU (%s); it answers in "
+                    "FP32" % (os.environ["LAYA_CPU_AMP"], missing))
+        return target
+    return replace(target, precision=Precision.BF16)
+
+
 def requested(device: Any) -> Tuple[Any, Optional[str]]:
     """What to ask the engine for, and Laya's warning when that is the CPU instead of what was
     asked: Apple's `mps` and Intel's `xpu` are not kime devices, so they run on the CPU."""
@@ -74,10 +131,11 @@ def choose(device: Any, precision: Any = None, threads: Any = 0) -> Tuple[Target
     asked, warning = requested(device)
     if warning is not None:
         warn_caller(warning)
-        return check_options(asked, precision, threads), warning
+        return laya_cpu_amp(check_options(asked, precision, threads), precision), warning
     wanted = Device.parse(asked)
     try:
-        return replace(check_options(wanted, precision, threads), cpu_fallback=True), None
+        target = check_options(wanted, precision, threads)
+        return replace(laya_cpu_amp(target, precision), cpu_fallback=True), None
     except CudaUnavailable as err:
         if isinstance(err, BadDeviceOrdinal):
             message = ("Warning: CUDA device %s not found (%s). Falling back to CPU."
@@ -85,4 +143,4 @@ def choose(device: Any, precision: Any = None, threads: Any = 0) -> Tuple[Target
         else:
             message = "Warning: CUDA requested but not available. Falling back to CPU."
         warn_caller(message)
-        return check_options(CPU, precision, threads), str(err)
+        return laya_cpu_amp(check_options(CPU, precision, threads), precision), str(err)

@@ -20,6 +20,7 @@ from typing import Any, Dict, List
 import pytest
 
 import kime
+from kime.factory import bf16_missing
 from kime.laya import hooks as kime_hooks
 
 from .. import laya_agent_hooks as hooks_lib
@@ -43,7 +44,11 @@ CASES = DATA["cases"]
 #   refuses it up front, naming the argument. Same type (TypeError).
 MESSAGE_DIFFERS = {"bad_batch_size", "ml_bad_batch_size"}
 # - issue 10 item 8 asks that a CUDA fallback be counted; Laya counts only per-request OOM ones.
-FALLBACK_COUNTED = {"cuda_falls_back", "ml_cuda_falls_back", "device_mps_falls_back"}
+FALLBACK_COUNTED = {"cuda_falls_back", "ml_cuda_falls_back", "device_mps_falls_back",
+                    "cpu_amp_after_mps_fallback"}
+# - LAYA_CPU_AMP=bf16 asks for kime's `bf16`; where this CPU has no BF16 kernels for kime (Laya's
+#   autocast runs there), kime warns once and answers in FP32, so these read torch.float32.
+AMP_BF16 = {"cpu_amp_bf16", "cpu_amp_bfloat16_any_case", "cpu_amp_after_mps_fallback"}
 
 
 def _plain(message: str) -> str:
@@ -66,6 +71,8 @@ def _attributes(agent: Any) -> Dict[str, Any]:
         "last_fallback_reason": agent.last_fallback_reason, "device": str(agent.device),
         "device_type": agent.device.type, "hooks_raise": agent.hooks_raise,
         "hooks_concurrent": agent.hooks_concurrent, "hooks_timeout": agent.hooks_timeout,
+        "dtype": str(agent.dtype), "amp_enabled": agent.amp_enabled,
+        "dtype_for_1": str(agent.dtype_for(1)),
     }
 
 
@@ -73,6 +80,7 @@ def _run(spec: Dict[str, Any]):
     log: List[str] = []
     load_kw = dict(spec["load"])
     path = load_kw.pop("__path__", None) or str(CKPT[spec["checkpoint"]])
+    env = load_kw.pop("__env__", {})  # set for the load only, as the recording did
     call_kw: Dict[str, Any] = {}
     if spec["setup"]:
         extra, call_kw = hooks_lib.SETUPS[spec["setup"]](log)
@@ -83,6 +91,8 @@ def _run(spec: Dict[str, Any]):
     result = error = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
+        saved = {name: os.environ.get(name) for name in env}
+        os.environ.update(env)
         try:
             agent = kime.load(path, **load_kw, threads=1)
             if spec["call"] == "attributes":
@@ -97,6 +107,12 @@ def _run(spec: Dict[str, Any]):
                 result = agent.predict_long(args.pop("state"), args.pop("questions"), **args)
         except Exception as exc:
             error = exc
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     here = str(CKPT[spec["checkpoint"]])
     return result, error, [line.replace(here, "<ckpt>") for line in log], \
         [_plain(str(w.message)).replace(here, "<ckpt>") for w in caught]
@@ -127,6 +143,11 @@ def test_case(case):
     else:
         assert error is None, repr(error)
         want = case["result"]
+        if case["id"] in AMP_BF16 and bf16_missing() is not None:
+            want = dict(want, dtype="torch.float32", amp_enabled=False, dtype_for_1="torch.float32")
+            amp = [w for w in warned if w.startswith("LAYA_CPU_AMP=")]
+            assert len(amp) == 1 and "no BF16 kernels on this CPU" in amp[0], warned
+            warned.remove(amp[0])
         if case["id"] in FALLBACK_COUNTED:
             assert result["cpu_fallback_count"] == 1 and result["last_fallback_reason"]
             result = dict(result, cpu_fallback_count=0, last_fallback_reason=None)
@@ -155,6 +176,45 @@ def test_device_reads_like_torch(agent):
     assert repr(agent.device) == "device(type='cpu')"
     assert agent.device == kime.laya.device.TorchLikeDevice("cpu")
     assert kime.RLAgent is kime.Agent
+
+
+def test_dtype_reads_like_torch(agent):
+    assert str(agent.dtype) == repr(agent.dtype) == "torch.float32" and not agent.amp_enabled
+    assert agent.dtype.itemsize == 4 and agent.dtype.is_floating_point
+    assert agent.dtype_for(1) == agent.dtype_for(64) == agent.dtype
+    assert {agent.dtype, kime.laya.device.TorchLikeDtype("float32")} == {agent.dtype}
+
+
+@pytest.mark.parametrize("precision", ["f32", "int8"])
+def test_a_named_precision_outranks_laya_cpu_amp(monkeypatch, precision):
+    """LAYA_CPU_AMP decides only where the caller named no precision: kime's own `precision=`
+    is the more specific request, so it runs as asked, without the AMP warning."""
+    monkeypatch.setenv("LAYA_CPU_AMP", "bf16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = kime.load(str(CKPT["tiny"]), device="cpu", precision=precision, threads=1)
+    assert str(loaded.engine.backend.precision) == precision
+    assert str(loaded.dtype) == "torch.float32" and not loaded.amp_enabled
+    assert not [w for w in caught if "LAYA_CPU_AMP" in str(w.message)]
+
+
+def test_laya_cpu_amp_picks_bf16_where_the_cpu_has_it(monkeypatch):
+    """Where kime runs BF16, `LAYA_CPU_AMP=bf16` loads the model in `bf16` and Laya's dtype
+    reads `torch.bfloat16`; elsewhere the FP32 answers are Laya's own FP32 ones."""
+    monkeypatch.setenv("LAYA_CPU_AMP", "bf16")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = kime.load(str(CKPT["tiny"]), device="cpu", threads=1)
+    amp = [str(w.message) for w in caught if "LAYA_CPU_AMP" in str(w.message)]
+    if bf16_missing() is None:
+        assert str(loaded.engine.backend.precision) == "bf16" and not amp
+        assert str(loaded.dtype) == "torch.bfloat16" and loaded.amp_enabled
+    else:
+        assert str(loaded.engine.backend.precision) == "f32" and len(amp) == 1
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            plain = kime.load(str(CKPT["tiny"]), device="cpu", threads=1)
+        assert loaded.predict("refund please", Q) == plain.predict("refund please", Q)
 
 
 def test_load_signature_is_lays():

@@ -159,6 +159,38 @@ def test_one_checkpoint_answers_as_laya_serve_does(tmp_path, deployment):
         srv.stop()
 
 
+# --- LAYA_CPU_AMP -------------------------------------------------------------------------------
+
+@pytest.mark.slow  # starts kime serve
+def test_laya_cpu_amp_reaches_the_served_model_as_it_reaches_laya_load(tmp_path, monkeypatch):
+    """`LAYA_CPU_AMP=bf16` (Laya's CPU autocast) reaches what kime serve loads as it reaches
+    `laya.load`: `bf16` where kime has BF16 kernels, else FP32 and the warning in the server's
+    log. The answers are the Python API's under the same environment, to the bit."""
+    from kime.factory import bf16_missing
+
+    body = {"state": "The app crashes every time I open my invoices, please refund me",
+            "questions": {"team": {"type": "choice", "instructions": "Which team?",
+                                   "criteria": {"billing": "invoices", "tech": "crashes"}},
+                          "refund": {"type": "noul", "instructions": "Asks for a refund?"}}}
+    srv = Serve(tmp_path, "--model", TINY, env={"LAYA_CPU_AMP": "bf16"}, keys=False)
+    try:
+        status, got, _ = srv.post("/v1/systemone", body, key=None)
+    finally:
+        srv.stop()
+    log = srv.proc.stdout.read().decode()
+    assert status == 200, got
+    monkeypatch.setenv("LAYA_CPU_AMP", "bf16")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = kime.load(TINY, device="cpu", threads=1)
+    want = agent.predict(body["state"], body["questions"])["answers"]
+    # laya serve's answers add their `x_*` extensions to the Python API's
+    assert {q: {k: v for k, v in a.items() if not k.startswith("x_")}
+            for q, a in got["answers"].items()} == want
+    assert ("LAYA_CPU_AMP=bf16: kime has no BF16 kernels on this CPU" in log) == (
+        bf16_missing() is not None), log[-2000:]
+
+
 # --- LAYA_MAX_CONCURRENT ------------------------------------------------------------------------
 
 @pytest.mark.slow  # starts kime serve
