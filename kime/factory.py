@@ -184,10 +184,15 @@ def open_layers(ck: Checkpoint, threads: int, layers: Sequence[str]) -> Backend:
 
 
 def bf16_missing() -> Optional[str]:
-    """Why BF16 cannot run here, in words, or None when it can (`kime._cpu.backend`)."""
-    from ._cpu.backend import bf16_missing as why
+    """Why BF16 cannot run here, in words, or None when it can (`kime._cpu.backend`); a build
+    whose compiled kernels do not load is a reason too, not an ImportError, since the callers
+    ask while checking options, before anything loads."""
+    try:
+        from ._cpu.backend import bf16_missing as why
 
-    return why()
+        return why()  # imports the BF16 kernels' extension
+    except ImportError as err:
+        return "kime's compiled CPU kernels do not load (%s)" % err
 
 
 def backend_report() -> dict[str, dict[str, object]]:

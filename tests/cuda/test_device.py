@@ -111,6 +111,22 @@ def test_cpu_never_asks_for_cupy(monkeypatch):
     assert ("'bf16'" in str(refused.value)) == (factory.bf16_missing() is None), refused.value
 
 
+def test_a_build_without_its_kernels_still_refuses_f16_by_name(monkeypatch):
+    """Options are checked before anything loads: where the compiled kernels do not import,
+    BF16 is missing for that reason, and the refusal of 'f16' stays the refusal it is."""
+    import sys
+
+    import kime._cpu
+
+    # what an extension that fails to import leaves: no module, no attribute on its package
+    monkeypatch.setitem(sys.modules, "kime._cpu._bgemm", None)
+    monkeypatch.delattr(kime._cpu, "_bgemm", raising=False)
+    assert "compiled CPU kernels do not load" in factory.bf16_missing()
+    with pytest.raises(kime.Unsupported, match="f16") as refused:
+        factory.check_options("cpu", "f16", 1)
+    assert "'bf16'" not in str(refused.value)
+
+
 def test_import_kime_does_not_import_cupy():
     import subprocess
     import sys
