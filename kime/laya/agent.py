@@ -24,7 +24,7 @@ from ..render import State
 from .calibration import Calibration
 from .call import agent_call
 from .confidence import MinConfidence
-from .device import TorchLikeDevice, TorchLikeDtype, choose
+from .device import Placement, TorchLikeDevice, choose
 from .decider import Answers
 from .driver import Step, run, run_async
 from .hooks import (HookArg, HookRegistry, PredictHookArg, normalise_hooks, validate_timeout)
@@ -60,7 +60,7 @@ def _one_checkpoint() -> None:
     `refuse_unread` asks)."""
 
 
-class Agent(HookRegistry, Answers):
+class Agent(HookRegistry, Answers, Placement):
     """A Laya checkpoint behind Laya's `Agent` API. Build it with `kime.load` (or
     `Agent(model_id_or_path, ...)`, Laya's constructor), or around a loaded engine:
     `Agent(kime.Kime(...))`.
@@ -152,28 +152,6 @@ class Agent(HookRegistry, Answers):
         self._tok: Optional[LayaTokenizer] = None
 
     # --- Laya's attributes ------------------------------------------------------------------
-
-    @property
-    def device(self) -> TorchLikeDevice:
-        """Where the model runs, as a `torch.device` reads: `str(agent.device)`, `.type`."""
-        return self._device
-
-    @property
-    def dtype(self) -> TorchLikeDtype:
-        """The precision the model computes in, as Laya's autocast dtype reads:
-        `torch.bfloat16` for `bf16` (what `LAYA_CPU_AMP=bf16` asks for where the CPU has BF16),
-        `torch.float16` on a GPU in FP16, `torch.float32` otherwise."""
-        return TorchLikeDtype.of(self.engine.backend.precision)
-
-    @property
-    def amp_enabled(self) -> bool:
-        """Whether the model computes below FP32 in Laya's sense: BF16 or FP16."""
-        return self.dtype.name != "float32"
-
-    def dtype_for(self, rows: int) -> TorchLikeDtype:
-        """The precision a forward pass with `rows` question rows runs in (Laya's; on kime's
-        devices it does not depend on `rows`)."""
-        return self.dtype if self.amp_enabled else TorchLikeDtype("float32")
 
     @property
     def tok(self) -> LayaTokenizer:

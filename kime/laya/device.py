@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from typing import Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 
 from ..backend import Device, Precision
 from ..errors import BadDeviceOrdinal, CudaUnavailable, warn_caller
 from ..factory import Target, bf16_missing, check_options
+
+if TYPE_CHECKING:
+    from ..engine import Kime
 
 CPU = Device("cpu")
 
@@ -89,6 +92,36 @@ class TorchLikeDtype:
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+
+class Placement:
+    """Laya's attributes of where and in what an agent's model runs, for a class that sets
+    `engine` (a `kime.Kime`) and `_device` (`TorchLikeDevice.of` the device it asked for)."""
+
+    engine: "Kime"
+    _device: TorchLikeDevice
+
+    @property
+    def device(self) -> TorchLikeDevice:
+        """Where the model runs, as a `torch.device` reads: `str(agent.device)`, `.type`."""
+        return self._device
+
+    @property
+    def dtype(self) -> TorchLikeDtype:
+        """The precision the model computes in, as Laya's autocast dtype reads:
+        `torch.bfloat16` for `bf16` (what `LAYA_CPU_AMP=bf16` asks for where the CPU has BF16),
+        `torch.float16` on a GPU in FP16, `torch.float32` otherwise."""
+        return TorchLikeDtype.of(self.engine.backend.precision)
+
+    @property
+    def amp_enabled(self) -> bool:
+        """Whether the model computes below FP32 in Laya's sense: BF16 or FP16."""
+        return self.dtype.name != "float32"
+
+    def dtype_for(self, rows: int) -> TorchLikeDtype:
+        """The precision a forward pass with `rows` question rows runs in (Laya's; on kime's
+        devices it does not depend on `rows`)."""
+        return self.dtype if self.amp_enabled else TorchLikeDtype("float32")
 
 
 def laya_cpu_amp(target: Target, precision: Any) -> Target:
