@@ -4,14 +4,17 @@ the oracle script (`tools/goldens_agent.py`, which runs them in the real Laya) a
 written for Laya behaves the same here.
 
 `SETUPS[name](log)` returns (extra load kwargs, extra call kwargs); hooks append what they saw
-to `log`, which the case records next to the result.
+to `log`, which the case records next to the result. `environment(env)` sets a case's
+environment variables (its `load`'s "__env__") for the load, the same way on both sides.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
+import os
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 Log = List[str]
 Setup = Callable[[Log], Tuple[Dict[str, Any], Dict[str, Any]]]
@@ -145,3 +148,18 @@ SETUPS: Dict[str, Setup] = {
     "wrong_skip": lambda log: ({}, {"on_predict_start": wrong_skip}),
     "error_path": lambda log: ({}, {"hooks": [Recorder("call", log)]}),
 }
+
+
+@contextlib.contextmanager
+def environment(env: Dict[str, str]) -> Iterator[None]:
+    """`env` set in os.environ inside the block, and each variable as it was after it."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -238,10 +238,9 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
     result = error = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
         try:
-            agent = laya.load(path, **load_kw)
+            with hooks_lib.environment(env):
+                agent = laya.load(path, **load_kw)
             if spec["call"] == "attributes":
                 result = attributes(agent)
             elif spec["call"] == "predict":
@@ -253,12 +252,6 @@ def run(spec: Dict[str, Any]) -> Dict[str, Any]:
                 result = agent.predict_long(args.pop("state"), args.pop("questions"), **args)
         except Exception as exc:  # recorded: kime must raise the same
             error = {"type": type(exc).__name__, "message": str(exc)}
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
     here = str(CKPT[spec["checkpoint"]])
 
     def clean(text: str) -> str:

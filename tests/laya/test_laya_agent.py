@@ -91,10 +91,9 @@ def _run(spec: Dict[str, Any]):
     result = error = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        saved = {name: os.environ.get(name) for name in env}
-        os.environ.update(env)
         try:
-            agent = kime.load(path, **load_kw, threads=1)
+            with hooks_lib.environment(env):
+                agent = kime.load(path, **load_kw, threads=1)
             if spec["call"] == "attributes":
                 result = _attributes(agent)
             elif spec["call"] == "predict":
@@ -107,12 +106,6 @@ def _run(spec: Dict[str, Any]):
                 result = agent.predict_long(args.pop("state"), args.pop("questions"), **args)
         except Exception as exc:
             error = exc
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
     here = str(CKPT[spec["checkpoint"]])
     return result, error, [line.replace(here, "<ckpt>") for line in log], \
         [_plain(str(w.message)).replace(here, "<ckpt>") for w in caught]
